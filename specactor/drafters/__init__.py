@@ -1,0 +1,1 @@
+"""Drafters: the Drafter protocol, ngram, suffix/history and model drafters, DraftActor."""

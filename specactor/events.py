@@ -1,0 +1,167 @@
+"""Structured events: JSON lines to a file, readable lines on a terminal.
+
+Every event carries ``ts`` (unix seconds), ``event`` (a name from
+:data:`CATALOGUE`), ``actor`` and ``pid``; per-request events bind
+``request_id``. Several processes may append to one file: each event is one
+``write`` of one line to a file opened with O_APPEND, so lines never interleave.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import msgspec
+import structlog
+
+#: Every event name the package emits, with what it means and its fields
+#: beyond ts/event/actor/pid/level. ``docs/events.md`` is generated from this.
+CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "actor.started": ("An actor's inbox is bound and it is serving.", ("address",)),
+    "actor.stopped": ("An actor drained its inbox and exited.", ("handled", "reason")),
+    "actor.drain_timeout": (
+        "Shutdown gave up waiting for Goodbye from some peers.",
+        ("missing",),
+    ),
+    "actor.handler_failed": (
+        "A handler raised; the actor replied with an error and goes on.",
+        ("sender", "kind", "error"),
+    ),
+    "actor.bad_message": (
+        "A frame was rejected (malformed, unknown kind, wrong fields, oversized).",
+        ("sender", "error", "size"),
+    ),
+    "actor.unknown_peer": ("A send named a peer missing from the directory.", ("peer",)),
+    "actor.send_dropped": ("A message to a stopped or dead peer was dropped.", ("peer", "kind")),
+    "system.spawned": ("The supervisor started an actor.", ("name", "process", "address")),
+    "system.actor_crashed": (
+        "An actor's process exited unexpectedly.",
+        ("name", "returncode", "error"),
+    ),
+    "system.actor_hung": (
+        "An actor sent no heartbeat within the timeout.",
+        ("name", "silent_for_s"),
+    ),
+    "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
+}
+
+
+class EventSink:
+    """structlog logger that tees an event dict to a JSON-lines file and a console."""
+
+    def __init__(self, fd: int | None, console: TextIO | None, console_level: int) -> None:
+        self._fd = fd
+        self._console = console
+        self._console_level = console_level
+        self._encoder = msgspec.json.Encoder(enc_hook=str)
+        self._renderer = structlog.dev.ConsoleRenderer(
+            colors=bool(console is not None and console.isatty())
+        )
+
+    def _emit(self, level: int, event: dict[str, Any]) -> None:
+        if self._fd is not None:
+            os.write(self._fd, self._encoder.encode(event) + b"\n")
+        if self._console is not None and level >= self._console_level:
+            shown = {k: v for k, v in event.items() if k not in ("pid", "ts")}
+            self._console.write(self._renderer(None, "", shown) + "\n")
+            self._console.flush()
+
+    def debug(self, **event: Any) -> None:
+        self._emit(10, event)
+
+    def info(self, **event: Any) -> None:
+        self._emit(20, event)
+
+    def warning(self, **event: Any) -> None:
+        self._emit(30, event)
+
+    def error(self, **event: Any) -> None:
+        self._emit(40, event)
+
+    def critical(self, **event: Any) -> None:
+        self._emit(50, event)
+
+    msg = info
+    exception = error
+
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_configured: dict[str, Any] = {}
+
+
+def _add_meta(_: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    event["ts"] = time.time()
+    event["level"] = method
+    event.setdefault("pid", os.getpid())
+    return event
+
+
+def configure_events(
+    path: str | os.PathLike[str] | None = None,
+    console_level: str | None = "warning",
+    file_level: str = "info",
+) -> None:
+    """Route events to ``path`` (JSON lines, appended) and/or the console.
+
+    ``console_level=None`` silences the console. Safe to call again: the last
+    call wins (the previous file is closed).
+    """
+    previous = _configured.pop("fd", None)
+    if previous is not None:
+        os.close(previous)
+    fd = None
+    if path is not None:
+        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _configured.update(fd=fd, path=None if path is None else os.fspath(path))
+    console = sys.stderr if console_level is not None else None
+    if fd is None and console is None:
+        min_level = 50
+    else:
+        levels = [_LEVELS[file_level]] if fd is not None else []
+        if console_level is not None:
+            levels.append(_LEVELS[console_level])
+        min_level = min(levels)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            _add_meta,
+            structlog.processors.format_exc_info,
+            lambda _l, _m, ev: ev,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(min_level),
+        logger_factory=lambda *_: EventSink(fd, console, _LEVELS.get(console_level or "critical", 50)),
+        cache_logger_on_first_use=False,
+    )
+
+
+def events_path() -> str | None:
+    """The file events currently go to (passed on to child processes)."""
+    return _configured.get("path")
+
+
+def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:
+    """A logger with ``bound`` fields (e.g. ``actor=name``) on every event."""
+    return structlog.get_logger().bind(**bound)
+
+
+def catalogue_markdown() -> str:
+    """The event catalogue as a markdown table (docs/events.md is this)."""
+    lines = [
+        "# Event catalogue",
+        "",
+        "Generated from `specactor.events.CATALOGUE` (`specactor events catalogue`).",
+        "Every event also carries `ts` (unix seconds), `event`, `level`, `actor` and `pid`;",
+        "per-request events carry `request_id`.",
+        "",
+        "| event | meaning | fields |",
+        "|---|---|---|",
+    ]
+    for name, (meaning, fields) in CATALOGUE.items():
+        lines.append(f"| `{name}` | {meaning} | {', '.join(f'`{f}`' for f in fields)} |")
+    return "\n".join(lines) + "\n"
+
+
+# Quiet by default until the application configures events.
+configure_events(None, console_level="warning")

@@ -1,0 +1,1 @@
+"""Fastest-of-N policy: cost model, bandit, PolicyActor."""

@@ -1,0 +1,1 @@
+"""Target model engine (model code, KV cache, weights), seeded sampling, VerifyActor."""
