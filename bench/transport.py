@@ -69,6 +69,46 @@ async def _throughput(transport: str, n: int, size: int) -> float:
                 return (n - 1) / elapsed_s
 
 
+_RAW_ECHO = """
+import sys, zmq
+ctx = zmq.Context(); inbox = ctx.socket(zmq.PULL); inbox.bind(sys.argv[1])
+out = ctx.socket(zmq.PUSH); out.connect(sys.argv[2])
+while True:
+    out.send_multipart(inbox.recv_multipart())
+"""
+
+
+def _raw_pyzmq_round_trips(n: int) -> list[float]:
+    """Baseline: blocking pyzmq PUSH/PULL ping-pong over ipc with a child process."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import zmq
+
+    where = tempfile.mkdtemp(prefix="sa-raw-")
+    ctx = zmq.Context()
+    inbox, out = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    inbox.bind(f"ipc://{where}/a")
+    out.connect(f"ipc://{where}/b")
+    child = subprocess.Popen([sys.executable, "-c", _RAW_ECHO, f"ipc://{where}/b", f"ipc://{where}/a"])
+    try:
+        frames = p.frames("raw", p.Ping(seq=0))
+        out.send_multipart(frames)
+        inbox.recv_multipart()  # connected
+        samples = []
+        for i in range(n + n // 10):
+            t0 = time.perf_counter_ns()
+            out.send_multipart(frames)
+            inbox.recv_multipart()
+            if i >= n // 10:
+                samples.append((time.perf_counter_ns() - t0) / 1000)
+        return samples
+    finally:
+        child.kill()
+        ctx.destroy(linger=0)
+
+
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -89,6 +129,10 @@ async def main(args: argparse.Namespace) -> dict:
             "one_way_msgs_per_s": statistics.median(rates),
             "runs": {"rtt_p50_us": p50s, "rtt_p99_us": p99s, "one_way_msgs_per_s": rates},
         }
+        if transport == "ipc":
+            raw = [_pct(_raw_pyzmq_round_trips(args.round_trips), 0.5) for _ in range(args.repeats)]
+            rows[transport]["raw_pyzmq_rtt_p50_us"] = statistics.median(raw)
+            rows[transport]["runs"]["raw_pyzmq_rtt_p50_us"] = raw
         print(f"{transport}: p50 {rows[transport]['rtt_p50_us']:.0f} us, p99 {rows[transport]['rtt_p99_us']:.0f} us, "
               f"{rows[transport]['one_way_msgs_per_s']:,.0f} msg/s", flush=True)
     return rows
@@ -98,6 +142,11 @@ def table(rows: dict) -> str:
     lines = ["| transport | round trip p50 (µs) | round trip p99 (µs) | one-way (msg/s) |", "|---|---|---|---|"]
     for transport, r in rows.items():
         lines.append(f"| {transport} | {r['rtt_p50_us']:.0f} | {r['rtt_p99_us']:.0f} | {r['one_way_msgs_per_s']:,.0f} |")
+    raw = rows.get("ipc", {}).get("raw_pyzmq_rtt_p50_us")
+    if raw:
+        lines.append("")
+        lines.append(f"Baseline, same script: blocking pyzmq ping-pong over ipc, no actors: p50 {raw:.0f} µs "
+                     f"(actor round trip / raw = {rows['ipc']['rtt_p50_us'] / raw:.2f}x).")
     return "\n".join(lines)
 
 
