@@ -15,6 +15,77 @@ def _events_catalogue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rollout(args: argparse.Namespace) -> int:
+    from specactor.prompts import PromptFileError
+    from specactor.rollout import RolloutOptions, run_rollout
+
+    opts = RolloutOptions(
+        prompts=args.prompts, out=args.out, model=args.model, mode=args.mode, drafters=args.drafters,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+        n=args.n, seed=args.seed, events=args.events, max_batch=args.max_batch, threads=args.threads,
+        chat=not args.no_chat, progress=False if args.no_progress else None,
+    )
+    try:
+        run_rollout(opts)
+    except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError) as exc:
+        print(f"specactor rollout: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _add_rollout(commands: argparse._SubParsersAction) -> None:
+    rollout = commands.add_parser(
+        "rollout",
+        help="generate samples for a prompt file (token ids, log-probs, text)",
+        description="Generate n samples per prompt with the target model and write one JSON line per "
+        "sample: id, sample, prompt_ids, token_ids, logprobs, finish_reason, text, stats. Seeds are "
+        "derived from (--seed, id, sample), so every mode gives the same tokens for the same input.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    rollout.add_argument("--prompts", required=True,
+                         help="JSON-lines file ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optional id, n, "
+                              "max_tokens, seed, temperature, meta), or humaneval / humaneval:N")
+    rollout.add_argument("--out", required=True, help="output JSON-lines file")
+    rollout.add_argument("--model", default=None,
+                         help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
+    rollout.add_argument("--mode", default="autoregressive", choices=["autoregressive", "coupled", "specactor"],
+                         help="autoregressive baseline, coupled speculation, or decoupled SpecActor")
+    rollout.add_argument("--drafters", default="ngram,suffix,model", help="drafting methods (speculative modes)")
+    rollout.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 = greedy")
+    rollout.add_argument("--top-p", type=_probability, default=1.0)
+    rollout.add_argument("--top-k", type=int, default=0, help="0 = off")
+    rollout.add_argument("--max-tokens", type=_positive_int, default=256, help="per sample, unless the line says")
+    rollout.add_argument("--n", type=_positive_int, default=1, help="samples per prompt, unless the line says")
+    rollout.add_argument("--seed", type=int, default=0, help="base seed")
+    rollout.add_argument("--events", default=None, help="write structured events (JSON lines) here")
+    rollout.add_argument("--max-batch", type=_positive_int, default=32, help="requests decoded together")
+    rollout.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: all cores)")
+    rollout.add_argument("--no-chat", action="store_true", help="do not wrap text prompts in the chat template")
+    rollout.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rollout.set_defaults(func=_rollout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specactor",
@@ -23,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specactor {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    _add_rollout(commands)
 
     events = commands.add_parser("events", help="inspect structured event logs")
     events_commands = events.add_subparsers(dest="events_command", metavar="ACTION", required=True)

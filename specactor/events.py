@@ -45,6 +45,15 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("name", "silent_for_s"),
     ),
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
+    "engine.step": (
+        "One batched forward of the target engine.",
+        ("step", "batch_size", "prefill_tokens", "new_tokens", "forward_ms", "sample_ms"),
+    ),
+    "request.finished": ("A request produced its result.", ("request_id", "tokens", "finish_reason", "latency_s")),
+    "rollout.summary": (
+        "End of a rollout.",
+        ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "kv_cache_mb"),
+    ),
 }
 
 

@@ -1,0 +1,257 @@
+"""The target-model engine: continuous batching over a slot KV cache.
+
+``Engine.step()`` runs one batched forward for every active request: newly
+admitted requests contribute their whole prompt (prefill), running ones their
+newest token (decode), or, with speculation, their token plus a draft
+(verification). Requests join between steps when a slot is free and leave when
+they finish; the slots stay compact (``0..B-1``) by moving the last request's
+cache into the freed slot.
+
+This class is the autoregressive baseline on its own, and the core of the
+VerifyActor when drafts are supplied. Everything a request needs for its
+output lives in its :class:`Sequence`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from specactor.protocol import FinishReason, SamplingParams
+from specactor.verifier.kv_cache import KVCache
+from specactor.verifier.model import CausalLM
+from specactor.verifier.sampler import SamplingBatch, sample
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 63-bit seed from any parts (e.g. base seed, request id, sample)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+@dataclass
+class Sequence:
+    """One request's state and output; the unit the engine schedules."""
+
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    seed: int
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    per_method: dict[str, dict[str, int]] = field(default_factory=dict)
+    arrival_s: float = field(default_factory=time.perf_counter)
+    finish_s: float = 0.0
+    error: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def context_len(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+
+@dataclass
+class StepReport:
+    """What one step did (for events and the cost profile)."""
+
+    batch_size: int
+    prefill_tokens: int
+    new_tokens: int
+    forward_s: float
+    sample_s: float
+    finished: list[Sequence]
+
+
+class Engine:
+    def __init__(
+        self,
+        model: CausalLM,
+        *,
+        max_batch: int = 32,
+        max_len: int = 1024,
+        eos_token_ids: Iterable[int] = (),
+        max_prefill_tokens: int = 4096,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.max_batch = max_batch
+        self.max_prefill_tokens = max_prefill_tokens
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.vocab_size = model.cfg.vocab_size
+        dtype = model.embed.weight.dtype
+        self.cache = KVCache(model.cfg, max_batch, max_len, dtype=dtype, device=self.device)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # index = slot
+        self.steps = 0
+
+    # ------------------------------------------------------------------ requests
+
+    def check(self, seq: Sequence) -> None:
+        """Raise ValueError naming what makes ``seq`` impossible to serve."""
+        seq.params.validate()
+        if not seq.prompt_ids:
+            raise ValueError(f"request {seq.request_id!r}: prompt is empty")
+        bad = [t for t in seq.prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"request {seq.request_id!r}: token id {bad[0]} is outside the vocabulary "
+                             f"(size {self.vocab_size})")
+        need = len(seq.prompt_ids) + seq.params.max_tokens
+        if need > self.cache.max_len:
+            raise ValueError(f"request {seq.request_id!r}: prompt ({len(seq.prompt_ids)}) + max_tokens "
+                             f"({seq.params.max_tokens}) = {need} exceeds the context of {self.cache.max_len}")
+
+    def add(self, seq: Sequence) -> None:
+        self.check(seq)
+        self.waiting.append(seq)
+
+    def abort(self, request_id: str) -> Sequence | None:
+        for seq in list(self.waiting):
+            if seq.request_id == request_id:
+                self.waiting.remove(seq)
+                seq.finish_reason = FinishReason.ABORT
+                return seq
+        for slot, seq in enumerate(self.running):
+            if seq.request_id == request_id:
+                seq.finish_reason = FinishReason.ABORT
+                self._release([slot])
+                return seq
+        return None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ stepping
+
+    def _admit(self) -> int:
+        budget = self.max_prefill_tokens
+        admitted = 0
+        while self.waiting and len(self.running) < self.max_batch:
+            n = len(self.waiting[0].prompt_ids)
+            if admitted and n > budget:
+                break
+            seq = self.waiting.popleft()
+            slot = len(self.running)
+            self.running.append(seq)
+            self.cache.lengths[slot] = 0
+            budget -= n
+            admitted += 1
+        return admitted
+
+    def _inputs(self, slot: int, extra: list[int]) -> list[int]:
+        """Tokens row ``slot`` feeds this step: prompt, or its newest token, plus ``extra``."""
+        seq = self.running[slot]
+        if self.cache.lengths[slot] == 0:
+            return seq.prompt_ids + extra
+        return [seq.output_ids[-1]] + extra
+
+    def step(self, drafts: dict[int, list[int]] | None = None) -> StepReport:
+        """One batched forward over all running requests; sample; retire finished.
+
+        ``drafts`` (slot -> proposed tokens) is verification input; the
+        autoregressive engine passes none.
+        """
+        self._admit()
+        if not self.running:
+            return StepReport(0, 0, 0, 0.0, 0.0, [])
+        drafts = drafts or {}
+        rows = [self._inputs(slot, drafts.get(slot, [])) for slot in range(len(self.running))]
+        q_lens = [len(r) for r in rows]
+        prefill = sum(q for slot, q in enumerate(q_lens) if self.cache.lengths[slot] == 0)
+        tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
+        # Logits are needed at the last prompt/decode position and at each draft position.
+        logit_rows: list[int] = []
+        sampling: list[tuple[float, int, float, int, int]] = []
+        offset = 0
+        for slot, q in enumerate(q_lens):
+            seq = self.running[slot]
+            k = len(drafts.get(slot, []))
+            for j in range(k + 1):
+                logit_rows.append(offset + q - 1 - k + j)
+                p = seq.params
+                sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + j))
+            offset += q
+        t0 = time.perf_counter()
+        logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device))
+        t1 = time.perf_counter()
+        sampled, logprobs = sample(logits, SamplingBatch.build(sampling, self.device))
+        sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
+        t2 = time.perf_counter()
+        finished_slots = []
+        new_tokens = 0
+        i = 0
+        for slot, seq in enumerate(self.running):
+            draft = drafts.get(slot, [])
+            targets = sampled_list[i : i + len(draft) + 1]
+            lps = logprob_list[i : i + len(draft) + 1]
+            i += len(draft) + 1
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == targets[accepted]:
+                accepted += 1
+            # Rows fed k draft tokens; only the accepted prefix stays in the cache.
+            self.cache.lengths[slot] -= len(draft) - accepted
+            seq.steps += 1
+            seq.drafted += len(draft)
+            seq.accepted += accepted
+            new_tokens += self._commit(seq, targets[: accepted + 1], lps[: accepted + 1])
+            if seq.finished:
+                finished_slots.append(slot)
+        finished = [self.running[s] for s in finished_slots]
+        self._release(finished_slots)
+        self.steps += 1
+        return StepReport(len(q_lens), prefill, new_tokens, t1 - t0, t2 - t1, finished)
+
+    def _commit(self, seq: Sequence, tokens: list[int], logprobs: list[float]) -> int:
+        """Append tokens until a stop condition; returns how many were kept."""
+        stops = self.eos_token_ids | set(seq.params.stop_token_ids)
+        kept = 0
+        for tok, lp in zip(tokens, logprobs):
+            seq.output_ids.append(tok)
+            seq.logprobs.append(lp)
+            kept += 1
+            if tok in stops:
+                seq.finish_reason = FinishReason.STOP
+            elif len(seq.output_ids) >= seq.params.max_tokens:
+                seq.finish_reason = FinishReason.LENGTH
+            if seq.finished:
+                seq.finish_s = time.perf_counter()
+                break
+        return kept
+
+    def _release(self, slots: list[int]) -> None:
+        """Free finished slots, moving the last running requests down to keep slots compact."""
+        for slot in sorted(slots, reverse=True):
+            last = len(self.running) - 1
+            if slot != last:
+                self.cache.move(last, slot)
+                self.running[slot] = self.running[last]
+            self.cache.lengths[last] = 0
+            self.running.pop()
+
+    def run(
+        self,
+        seqs: Iterable[Sequence],
+        on_step: Callable[[StepReport], None] | None = None,
+    ) -> list[Sequence]:
+        """Serve ``seqs`` to completion (the autoregressive baseline)."""
+        seqs = list(seqs)
+        for seq in seqs:
+            self.add(seq)
+        while self.has_work:
+            report = self.step()
+            if on_step is not None:
+                on_step(report)
+        return seqs

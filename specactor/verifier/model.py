@@ -1,0 +1,207 @@
+"""A compact Llama / Qwen2 forward over a ragged batch with a slot KV cache.
+
+One call processes, for B requests in slots ``0..B-1``, a chunk of new tokens
+each: the whole prompt at prefill, 1 token at decode, k+1 at verification.
+Tokens of all requests are packed into one flat ``[T]`` sequence for the
+matmuls (no padding waste); only attention sees a padded ``[B, Lq]`` layout.
+Logits are computed only for the positions asked for, since the LM head is the
+single largest matmul of a small model.
+
+Weights keep the Hugging Face names on load (``load_hf_state_dict``) and are
+fused on the fly: q/k/v into one projection, gate/up into another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specactor.verifier.config import ModelConfig, rope_inv_freq
+from specactor.verifier.kv_cache import KVCache
+
+
+@dataclass
+class StepLayout:
+    """Index tensors describing one ragged step, shared by every layer."""
+
+    q_lens: list[int]
+    starts: list[int]
+    positions: torch.Tensor  # [T] absolute position of each new token
+    rows: torch.Tensor  # [T] batch row (= slot) of each new token
+    offsets: torch.Tensor  # [T] index of each token within its row's chunk
+    mask: torch.Tensor | None  # [B, 1, G*Lq, Lk] bool, None if no masking needed
+    max_q: int
+    max_k: int
+
+    @classmethod
+    def build(cls, q_lens: list[int], starts: list[int], group: int, device: torch.device) -> "StepLayout":
+        b = len(q_lens)
+        q = torch.tensor(q_lens, device=device)
+        s = torch.tensor(starts, device=device)
+        rows = torch.repeat_interleave(torch.arange(b, device=device), q)
+        first = torch.cumsum(q, 0) - q
+        offsets = torch.arange(int(q.sum()), device=device) - first[rows]
+        positions = s[rows] + offsets
+        max_q, max_k = max(q_lens), max(a + c for a, c in zip(starts, q_lens))
+        mask = None
+        if not (max_q == 1 and all(a == starts[0] for a in starts)):
+            key_pos = torch.arange(max_k, device=device)
+            query_pos = s[:, None] + torch.arange(max_q, device=device)[None, :]  # [B, Lq]
+            allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Lq, Lk]
+            mask = allowed[:, None, None].expand(b, 1, group, max_q, max_k).reshape(b, 1, group * max_q, max_k)
+        return cls(q_lens, starts, positions, rows, offsets, mask, max_q, max_k)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
+        self.eps = cfg.rms_norm_eps
+        qkv_rows = (cfg.num_heads + 2 * cfg.num_kv_heads) * hd
+        self.input_norm = torch.nn.Parameter(torch.ones(d), requires_grad=False)
+        self.qkv = torch.nn.Linear(d, qkv_rows, bias=cfg.attention_bias)
+        self.o = torch.nn.Linear(cfg.num_heads * hd, d, bias=False)
+        self.post_norm = torch.nn.Parameter(torch.ones(d), requires_grad=False)
+        self.gate_up = torch.nn.Linear(d, 2 * cfg.intermediate_size, bias=False)
+        self.down = torch.nn.Linear(cfg.intermediate_size, d, bias=False)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """As in transformers: normalise in float32, scale in the input dtype."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, H, D]; cos/sin: [T, 1, D] (the rotate-half convention)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class CausalLM(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = torch.nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = torch.nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
+        self.norm = torch.nn.Parameter(torch.ones(cfg.hidden_size), requires_grad=False)
+        self.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.requires_grad_(False)
+        self._rope_len = 0
+        self._cos = self._sin = torch.empty(0)
+
+    # ------------------------------------------------------------------ weights
+
+    def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Load Hugging Face-named weights (fusing q/k/v and gate/up)."""
+        cfg = self.cfg
+
+        def take(name: str) -> torch.Tensor:
+            if name not in sd:
+                raise KeyError(f"weight {name!r} missing from the checkpoint")
+            return sd[name]
+
+        dtype = self.embed.weight.dtype
+        with torch.no_grad():
+            self.embed.weight.copy_(take("model.embed_tokens.weight").to(dtype))
+            for i, layer in enumerate(self.layers):
+                pre = f"model.layers.{i}."
+                layer.input_norm.copy_(take(pre + "input_layernorm.weight"))
+                layer.post_norm.copy_(take(pre + "post_attention_layernorm.weight"))
+                layer.qkv.weight.copy_(torch.cat([take(pre + f"self_attn.{n}_proj.weight") for n in "qkv"]))
+                if cfg.attention_bias:
+                    layer.qkv.bias.copy_(torch.cat([take(pre + f"self_attn.{n}_proj.bias") for n in "qkv"]))
+                layer.o.weight.copy_(take(pre + "self_attn.o_proj.weight"))
+                layer.gate_up.weight.copy_(torch.cat([take(pre + "mlp.gate_proj.weight"),
+                                                      take(pre + "mlp.up_proj.weight")]))
+                layer.down.weight.copy_(take(pre + "mlp.down_proj.weight"))
+            self.norm.copy_(take("model.norm.weight"))
+            if not cfg.tie_word_embeddings:
+                self.lm_head.weight.copy_(take("lm_head.weight"))
+
+    # ------------------------------------------------------------------ forward
+
+    def _rope(self, positions: torch.Tensor, max_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if max_pos > self._rope_len:
+            n = max(max_pos, 2 * self._rope_len, 1024)
+            inv_freq = rope_inv_freq(self.cfg).to(positions.device)
+            freqs = torch.outer(torch.arange(n, device=positions.device).float(), inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            dtype = self.embed.weight.dtype
+            self._cos, self._sin = emb.cos().to(dtype), emb.sin().to(dtype)
+            self._rope_len = n
+        return self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        q_lens: list[int],
+        cache: KVCache,
+        logit_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run one ragged step for slots ``0..len(q_lens)-1`` and extend the cache.
+
+        ``tokens`` holds the new tokens of every row back to back; row b's
+        chunk starts at position ``cache.lengths[b]``. Returns logits for the
+        flat positions in ``logit_index`` (all positions if None), as float32.
+        """
+        cfg = self.cfg
+        b = len(q_lens)
+        starts = cache.lengths[:b]
+        if max(a + c for a, c in zip(starts, q_lens)) > cache.max_len:
+            raise ValueError(f"a request would exceed the KV cache length {cache.max_len}")
+        group = cfg.num_heads // cfg.num_kv_heads
+        layout = StepLayout.build(q_lens, starts, group, tokens.device)
+        cos, sin = self._rope(layout.positions, layout.max_k)
+        hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        t = tokens.shape[0]
+        x = self.embed(tokens)
+        for li, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm, layer.eps)
+            qkv = layer.qkv(h)
+            q = apply_rope(qkv[:, : hq * hd].view(t, hq, hd), cos, sin)
+            k = apply_rope(qkv[:, hq * hd : (hq + hkv) * hd].view(t, hkv, hd), cos, sin)
+            v = qkv[:, (hq + hkv) * hd :].view(t, hkv, hd)
+            cache.k[li, layout.rows, :, layout.positions] = k
+            cache.v[li, layout.rows, :, layout.positions] = v
+            attn = self._attention(q, cache.k[li, :b, :, : layout.max_k], cache.v[li, :b, :, : layout.max_k],
+                                   layout, group)
+            x = x + layer.o(attn)
+            h = rms_norm(x, layer.post_norm, layer.eps)
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        for row, (start, n) in enumerate(zip(starts, q_lens)):
+            cache.lengths[row] = start + n
+        if logit_index is not None:
+            x = x[logit_index]
+        return self.lm_head(rms_norm(x, self.norm, cfg.rms_norm_eps)).float()
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: StepLayout,
+                   group: int) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: [B, Hkv, Lk, D] -> [T, Hq*D].
+
+        Grouped-query attention without repeating K/V: the ``group`` query
+        heads sharing a KV head are folded into the query-length axis.
+        """
+        b, hkv, _, hd = k.shape
+        lq = layout.max_q
+        if lq == 1:
+            padded = q.view(b, 1, hkv, group, hd)
+        else:
+            padded = q.new_zeros(b, lq, hkv * group, hd)
+            padded[layout.rows, layout.offsets] = q
+            padded = padded.view(b, lq, hkv, group, hd)
+        folded = padded.permute(0, 2, 3, 1, 4).reshape(b, hkv, group * lq, hd)
+        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=layout.mask)
+        out = out.view(b, hkv, group, lq, hd).permute(0, 3, 1, 2, 4).reshape(b, lq, hkv * group * hd)
+        if lq == 1:
+            return out.view(b, -1)
+        return out[layout.rows, layout.offsets]

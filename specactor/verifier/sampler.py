@@ -1,0 +1,151 @@
+"""Position-keyed sampling: the random choice depends only on (seed, t, token).
+
+Gumbel-max: ``token = argmax(logits / T + g)`` where ``g[v] = -log(-log(u[v]))``
+and ``u[v]`` is a counter-based hash of (request seed, output position t,
+token v). Because the noise is a pure function of those three numbers, the
+token sampled at position t is the same whether it is decoded alone, in a
+batch, or inside a k-token verification chunk. This is what makes speculative
+decoding token-identical to autoregressive decoding at any temperature, and
+it lets a draft model sample with the *same* noise as the target.
+
+temperature 0 is greedy (argmax, first index on ties). top-k and top-p mask
+tokens out before the argmax. Log-probs are ``log_softmax(logits / T)`` of the
+chosen token *before* truncation (``T = 1`` for greedy rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_M32 = 0xFFFFFFFF
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    """murmur3's 32-bit finaliser on int64 tensors holding uint32 values.
+
+    Products may wrap around int64; masking keeps the low 32 bits, which are
+    what the uint32 arithmetic would give.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _M32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
+def _fmix32_i32(x: torch.Tensor) -> torch.Tensor:
+    """The same finaliser on int32 tensors (bit-identical, ~5x faster).
+
+    int32 products wrap like uint32 ones; right shifts are masked to be logical.
+    """
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * -2048144789  # 0x85EBCA6B as a signed int32
+    x = x ^ ((x >> 13) & 0x7FFFF)
+    x = x * -1028477387  # 0xC2B2AE35 as a signed int32
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _as_i32(x: torch.Tensor) -> torch.Tensor:
+    """uint32 values held in int64 -> the same bits as int32."""
+    return (x - ((x >> 31) & 1) * (1 << 32)).to(torch.int32)
+
+
+_token_keys: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _token_key(vocab: int, device: torch.device) -> torch.Tensor:
+    key = (vocab, str(device))
+    if key not in _token_keys:
+        ids = torch.arange(vocab, dtype=torch.int64, device=device)
+        _token_keys[key] = _as_i32(_fmix32((ids * 0x9E3779B1 + 0x7F4A7C15) & _M32))
+    return _token_keys[key]
+
+
+def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """One 32-bit key per (seed, position); seeds may use all 63 bits."""
+    lo, hi = seeds & _M32, (seeds >> 32) & _M32
+    k = _fmix32(lo ^ _fmix32(hi ^ 0x2545F491))
+    return _fmix32(k ^ _fmix32((positions * 0x27D4EB2F + 0x165667B1) & _M32))
+
+
+def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[R, vocab] uniforms in (0, 1), a pure function of (seed, position, token)."""
+    keys = _as_i32(row_keys(seeds, positions))
+    bits = _fmix32_i32(keys[:, None] ^ _token_key(vocab, seeds.device)[None, :])
+    return (((bits >> 8) & 0xFFFFFF).float() + 0.5) * (1.0 / (1 << 24))
+
+
+def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    return -torch.log(-torch.log(uniform_noise(seeds, positions, vocab)))
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling parameters as tensors (one row per sampled position)."""
+
+    temperature: torch.Tensor  # [R] float32, 0 = greedy
+    top_k: torch.Tensor  # [R] int64, 0 = off
+    top_p: torch.Tensor  # [R] float32, 1 = off
+    seeds: torch.Tensor  # [R] int64
+    positions: torch.Tensor  # [R] int64, output position t of the token
+
+    @classmethod
+    def build(cls, rows: list[tuple[float, int, float, int, int]], device: torch.device | str = "cpu") -> "SamplingBatch":
+        """rows: (temperature, top_k, top_p, seed, position) per row."""
+        if not rows:
+            empty = torch.empty(0)
+            return cls(empty, empty.long(), empty, empty.long(), empty.long())
+        t, k, p, s, pos = zip(*rows)
+        return cls(
+            torch.tensor(t, dtype=torch.float32, device=device),
+            torch.tensor(k, dtype=torch.int64, device=device),
+            torch.tensor(p, dtype=torch.float32, device=device),
+            torch.tensor(s, dtype=torch.int64, device=device),
+            torch.tensor(pos, dtype=torch.int64, device=device),
+        )
+
+
+def truncation_mask(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor | None:
+    """Bool [R, V] of tokens removed by top-k / top-p (None if no row truncates)."""
+    use_k = top_k > 0
+    use_p = top_p < 1.0
+    if not bool(use_k.any() or use_p.any()):
+        return None
+    vocab = scaled.shape[-1]
+    rows = torch.nonzero(use_k | use_p).squeeze(1)
+    if rows.numel() < scaled.shape[0]:
+        removed = torch.zeros_like(scaled, dtype=torch.bool)
+        removed[rows] = truncation_mask(scaled[rows], top_k[rows], top_p[rows])  # type: ignore[assignment]
+        return removed
+    sorted_vals, order = torch.sort(scaled, dim=-1, descending=True)
+    rank_removed = torch.zeros_like(sorted_vals, dtype=torch.bool)
+    if bool(use_k.any()):
+        k = torch.where(use_k, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+        rank_removed |= torch.arange(vocab, device=scaled.device)[None, :] >= k[:, None]
+    if bool(use_p.any()):
+        probs = torch.softmax(sorted_vals.masked_fill(rank_removed, float("-inf")), dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # mass strictly before each rank
+        rank_removed |= (before >= top_p[:, None]) & use_p[:, None]
+    removed = torch.empty_like(rank_removed)
+    removed.scatter_(1, order, rank_removed)
+    return removed
+
+
+def sample(logits: torch.Tensor, params: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; returns (tokens [R] int64, logprobs [R] float32)."""
+    logits = logits.float()
+    greedy = params.temperature <= 0
+    temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
+    scaled = logits / temp[:, None]
+    logprobs_all = torch.log_softmax(scaled, dim=-1)
+    scores = scaled
+    removed = truncation_mask(scaled, params.top_k, params.top_p)
+    if removed is not None:
+        scores = scores.masked_fill(removed, float("-inf"))
+    if bool((~greedy).any()):
+        noise = gumbel_noise(params.seeds, params.positions, logits.shape[-1])
+        scores = torch.where(greedy[:, None], scores, scores + noise)
+    tokens = torch.argmax(scores, dim=-1)
+    return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)
