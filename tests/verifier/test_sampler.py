@@ -1,0 +1,96 @@
+"""Position-keyed sampling: unbiased, truncation-respecting, batch-independent."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from specactor.verifier.sampler import SamplingBatch, gumbel_noise, sample, uniform_noise
+
+LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+
+
+def _frequencies(logits: torch.Tensor, n: int, position: int = 7, **params: float) -> torch.Tensor:
+    rows = [(params.get("temperature", 1.0), int(params.get("top_k", 0)), params.get("top_p", 1.0), seed, position)
+            for seed in range(n)]
+    tokens, _ = sample(logits.expand(n, -1), SamplingBatch.build(rows))
+    return torch.bincount(tokens, minlength=logits.numel()).double()
+
+
+def _chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    expected = probs.double() / probs.double().sum() * counts.sum()
+    return float(stats.chisquare(counts.numpy(), expected.numpy()).pvalue)
+
+
+def test_frequencies_match_softmax_at_temperature_1() -> None:
+    counts = _frequencies(LOGITS, 40_000)
+    assert _chi_square_p(counts, torch.softmax(LOGITS, -1).double()) > 1e-3
+
+
+def test_frequencies_match_softmax_at_temperature_0_7() -> None:
+    counts = _frequencies(LOGITS, 40_000, temperature=0.7)
+    assert _chi_square_p(counts, torch.softmax(LOGITS / 0.7, -1).double()) > 1e-3
+
+
+def test_chi_square_catches_a_biased_sampler() -> None:
+    """The same test must reject a sampler that is slightly off (T=1.1 for 1.0)."""
+    counts = _frequencies(LOGITS, 40_000, temperature=1.1)
+    assert _chi_square_p(counts, torch.softmax(LOGITS, -1).double()) < 1e-6
+
+
+def test_frequencies_are_unbiased_across_positions_too() -> None:
+    """Fix the seed, vary the position: also the right distribution."""
+    n = 30_000
+    rows = [(1.0, 0, 1.0, 12345, t) for t in range(n)]
+    tokens, _ = sample(LOGITS.expand(n, -1), SamplingBatch.build(rows))
+    counts = torch.bincount(tokens, minlength=LOGITS.numel()).double()
+    assert _chi_square_p(counts, torch.softmax(LOGITS, -1).double()) > 1e-3
+
+
+def test_top_k_never_emits_a_truncated_token() -> None:
+    counts = _frequencies(LOGITS, 5000, top_k=2)
+    assert counts[2:].sum() == 0 and counts[:2].min() > 0
+    kept = torch.softmax(LOGITS[:2], -1).double()
+    assert _chi_square_p(counts[:2], kept) > 1e-3
+
+
+def test_top_p_never_emits_a_truncated_token() -> None:
+    probs = torch.softmax(LOGITS, -1)  # [0.52, 0.19, 0.12, 0.07, 0.03, 0.003]
+    counts = _frequencies(LOGITS, 5000, top_p=0.8)  # nucleus: first 3 tokens (0.52+0.19 < 0.8)
+    assert counts[3:].sum() == 0 and counts[:3].min() > 0
+    assert _chi_square_p(counts[:3], (probs[:3] / probs[:3].sum()).double()) > 1e-3
+
+
+def test_greedy_is_argmax_and_logprobs_are_before_truncation() -> None:
+    rows = [(0.0, 0, 1.0, 1, 0), (1.0, 2, 1.0, 3, 0), (0.5, 0, 0.5, 3, 9)]
+    tokens, logprobs = sample(LOGITS.expand(3, -1), SamplingBatch.build(rows))
+    assert tokens[0] == 0
+    full = [torch.log_softmax(LOGITS, -1), torch.log_softmax(LOGITS, -1), torch.log_softmax(LOGITS / 0.5, -1)]
+    for i in range(3):
+        assert abs(logprobs[i].item() - full[i][tokens[i]].item()) < 1e-6
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    position=st.integers(0, 100_000),
+    others=st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 100_000)), max_size=6),
+    where=st.integers(0, 6),
+)
+def test_noise_depends_only_on_seed_position_token(seed, position, others, where) -> None:
+    """The same (seed, t) row gets the same noise wherever it sits in any batch."""
+    alone = uniform_noise(torch.tensor([seed]), torch.tensor([position]), 500)[0]
+    rows = list(others)
+    rows.insert(min(where, len(rows)), (seed, position))
+    batch = uniform_noise(torch.tensor([s for s, _ in rows]), torch.tensor([t for _, t in rows]), 500)
+    assert torch.equal(batch[min(where, len(others))], alone)
+    assert bool(((alone > 0) & (alone < 1)).all())
+
+
+def test_different_seeds_and_positions_give_different_noise() -> None:
+    g = gumbel_noise(torch.tensor([1, 2, 1]), torch.tensor([5, 5, 6]), 1000)
+    assert not torch.equal(g[0], g[1]) and not torch.equal(g[0], g[2])
+    # noise is not correlated across tokens or rows
+    assert abs(torch.corrcoef(g[:2])[0, 1].item()) < 0.1
