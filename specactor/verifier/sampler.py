@@ -70,6 +70,25 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return _fmix32(k ^ _fmix32((positions * 0x27D4EB2F + 0x165667B1) & _M32))
 
 
+def _gumbel_rows(keys: torch.Tensor, token_key: torch.Tensor) -> torch.Tensor:
+    """Gumbel noise [len(keys), V] from int32 row keys, computed in place.
+
+    Bit-for-bit the finaliser of ``_fmix32_i32`` on ``keys ^ token_key``, then
+    24-bit uniforms, then ``-log(-log(u))``; in place so that a block of rows
+    stays in cache instead of streaming several full-vocabulary temporaries.
+    """
+    x = keys[:, None] ^ token_key[None, :]
+    t = torch.empty_like(x)
+    for shift, mask, mult in ((16, 0xFFFF, -2048144789), (13, 0x7FFFF, -1028477387), (16, 0xFFFF, None)):
+        torch.bitwise_right_shift(x, shift, out=t)
+        x.bitwise_xor_(t.bitwise_and_(mask))
+        if mult is not None:
+            x.mul_(mult)
+    x.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)
+    u = x.float()
+    return u.add_(0.5).mul_(1.0 / (1 << 24)).log_().neg_().log_().neg_()
+
+
 def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """[R, vocab] uniforms in (0, 1), a pure function of (seed, position, token)."""
     keys = _as_i32(row_keys(seeds, positions))
@@ -78,7 +97,8 @@ def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> t
 
 
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    return -torch.log(-torch.log(uniform_noise(seeds, positions, vocab)))
+    """[R, vocab] Gumbel noise, a pure function of (seed, position, token)."""
+    return _gumbel_rows(_as_i32(row_keys(seeds, positions)), _token_key(vocab, seeds.device))
 
 
 @dataclass
@@ -133,19 +153,37 @@ def truncation_mask(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tens
     return removed
 
 
+#: Rows sampled together; a block's [rows, vocab] temporaries stay in cache.
+BLOCK_ROWS = 8
+
+
 def sample(logits: torch.Tensor, params: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row; returns (tokens [R] int64, logprobs [R] float32)."""
     logits = logits.float()
+    rows, vocab = logits.shape
     greedy = params.temperature <= 0
     temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
-    scaled = logits / temp[:, None]
-    logprobs_all = torch.log_softmax(scaled, dim=-1)
-    scores = scaled
-    removed = truncation_mask(scaled, params.top_k, params.top_p)
-    if removed is not None:
-        scores = scores.masked_fill(removed, float("-inf"))
-    if bool((~greedy).any()):
-        noise = gumbel_noise(params.seeds, params.positions, logits.shape[-1])
-        scores = torch.where(greedy[:, None], scores, scores + noise)
-    tokens = torch.argmax(scores, dim=-1)
-    return tokens, logprobs_all.gather(1, tokens[:, None]).squeeze(1)
+    keys = _as_i32(row_keys(params.seeds, params.positions))
+    token_key = _token_key(vocab, logits.device)
+    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    for lo in range(0, rows, BLOCK_ROWS):
+        hi = min(rows, lo + BLOCK_ROWS)
+        scores = logits[lo:hi] / temp[lo:hi, None]
+        log_norm = torch.logsumexp(scores, dim=-1)
+        removed = truncation_mask(scores, params.top_k[lo:hi], params.top_p[lo:hi])
+        if removed is not None:
+            scores.masked_fill_(removed, float("-inf"))
+        sampled = ~greedy[lo:hi]
+        if bool(sampled.any()):
+            noise = _gumbel_rows(keys[lo:hi], token_key)
+            if not bool(sampled.all()):
+                noise[~sampled] = 0.0
+            chosen = torch.argmax(scores.add_(noise), dim=-1)
+        else:
+            chosen = torch.argmax(scores, dim=-1)
+        tokens[lo:hi] = chosen
+        # log_softmax(logits / T) of the chosen token, before truncation
+        picked = logits[lo:hi].gather(1, chosen[:, None]).squeeze(1) / temp[lo:hi]
+        logprobs[lo:hi] = picked - log_norm
+    return tokens, logprobs
