@@ -118,7 +118,9 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
     if tokenizer.eos_token_id is not None:
         eos.add(tokenizer.eos_token_id)
     max_len = max(len(s.prompt_ids) + s.params.max_tokens for _, _, s in jobs)
-    engine = Engine(model, max_batch=min(opts.max_batch, len(jobs)), max_len=max_len, eos_token_ids=eos)
+    max_batch = min(opts.max_batch, len(jobs))
+    check_kv_memory(model.cfg, max_batch, max_len)
+    engine = Engine(model, max_batch=max_batch, max_len=max_len, eos_token_ids=eos)
     for _, _, seq in jobs:
         engine.add(seq)  # validates: nothing runs if any request is impossible
 
@@ -173,6 +175,20 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
     log.info("rollout.summary", **{k: v for k, v in summary.items() if not isinstance(v, dict)})
     print_summary(summary)
     return summary
+
+
+def check_kv_memory(cfg: Any, max_batch: int, max_len: int, fraction: float = 0.8) -> None:
+    """Refuse a KV cache that would not fit in memory, saying what to lower."""
+    import psutil
+
+    from specactor.verifier.kv_cache import KVCache
+
+    need = KVCache.bytes_needed(cfg, max_batch, max_len)
+    available = psutil.virtual_memory().available
+    if need > fraction * available:
+        raise ValueError(
+            f"the KV cache for {max_batch} requests x {max_len} tokens needs {need / 2**30:.1f} GiB, more than "
+            f"{fraction:.0%} of the {available / 2**30:.1f} GiB available: lower --max-batch or --max-tokens")
 
 
 def _count(values: Any) -> dict[str, int]:

@@ -72,3 +72,12 @@ def test_help_explains_the_command() -> None:
     for flag in ("--prompts", "--out", "--model", "--mode", "--drafters", "--temperature", "--top-p", "--top-k",
                  "--max-tokens", "--n", "--seed", "--events"):
         assert flag in run.stdout
+
+
+def test_kv_cache_that_cannot_fit_is_refused_up_front(default_model) -> None:
+    from specactor.rollout import check_kv_memory
+
+    _, model, _ = default_model
+    check_kv_memory(model.cfg, 4, 512)
+    with pytest.raises(ValueError, match="lower --max-batch or --max-tokens"):
+        check_kv_memory(model.cfg, 10_000, 100_000)
