@@ -44,8 +44,8 @@ FORMAT_VERSION = 1
 #: Name of the marker file written last into every converted folder.
 MARKER = "specactor.json"
 
-#: Model types a local checkpoint may have: the ones the verifier supports.
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+# Model types a local checkpoint may have: the ones the verifier supports.
+from specactor.verifier.config import SUPPORTED_MODEL_TYPES  # noqa: E402
 
 
 @dataclass(frozen=True)
