@@ -23,7 +23,7 @@ def _rollout(args: argparse.Namespace) -> int:
         prompts=args.prompts, out=args.out, model=args.model, mode=args.mode, drafters=args.drafters,
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         n=args.n, seed=args.seed, events=args.events, max_batch=args.max_batch, threads=args.threads,
-        chat=not args.no_chat, progress=False if args.no_progress else None,
+        chat=not args.no_chat, progress=False if args.no_progress else None, k=args.k, window=args.window,
     )
     try:
         run_rollout(opts)
@@ -71,7 +71,11 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
                          help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
     rollout.add_argument("--mode", default="autoregressive", choices=["autoregressive", "coupled", "specactor"],
                          help="autoregressive baseline, coupled speculation, or decoupled SpecActor")
-    rollout.add_argument("--drafters", default="ngram,suffix,model", help="drafting methods (speculative modes)")
+    rollout.add_argument("--drafters", default="ngram,suffix,model",
+                         help="drafting methods for the speculative modes (coupled uses the first)")
+    rollout.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
+    rollout.add_argument("--window", type=_positive_int, default=8,
+                         help="decoupled: how far a drafter may draft ahead of the last verdict")
     rollout.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 = greedy")
     rollout.add_argument("--top-p", type=_probability, default=1.0)
     rollout.add_argument("--top-k", type=int, default=0, help="0 = off")

@@ -49,6 +49,14 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "One batched forward of the target engine.",
         ("step", "batch_size", "prefill_tokens", "new_tokens", "forward_ms", "sample_ms"),
     ),
+    "verify.step": (
+        "One verification step of the VerifyActor.",
+        ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
+         "waited_ms"),
+    ),
+    "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
+    "draft.failed": ("A drafter raised; its requests go on without its drafts.", ("method", "error")),
+    "coordinator.error_reply": ("An actor answered the coordinator with an error.", ("sender", "code", "error", "ref")),
     "request.finished": ("A request produced its result.", ("request_id", "tokens", "finish_reason", "latency_s")),
     "rollout.summary": (
         "End of a rollout.",

@@ -7,6 +7,7 @@ same seeds, and hence the same tokens, in every mode.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -20,7 +21,8 @@ import torch
 from specactor.events import configure_events, get_logger
 from specactor.prompts import Prompt, load_prompts
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence, StepReport, derive_seed
+from specactor.verifier.engine import Engine, Sequence, check_request, derive_seed
+from specactor.verifier.kv_cache import KVCache
 
 MODES = ("autoregressive", "coupled", "specactor")
 
@@ -43,6 +45,8 @@ class RolloutOptions:
     threads: int | None = None
     chat: bool = True
     progress: bool | None = None
+    k: int = 4
+    window: int = 8
 
 
 def build_sequences(prompts: list[Prompt], opts: RolloutOptions, tokenizer: Any) -> list[tuple[Prompt, int, Sequence]]:
@@ -98,10 +102,9 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
 
     if opts.mode not in MODES:
         raise ValueError(f"--mode {opts.mode!r}: choose one of {', '.join(MODES)}")
-    if opts.mode != "autoregressive":
-        raise NotImplementedError(
-            f"--mode {opts.mode} needs the speculation engine (drafters + VerifyActor), which is not built yet; "
-            "use --mode autoregressive")
+    from specactor.drafters.registry import parse_methods
+
+    drafters = parse_methods(opts.drafters)
     if opts.events:
         configure_events(opts.events, console_level="warning")
     log = get_logger(actor="rollout")
@@ -120,31 +123,20 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
     max_len = max(len(s.prompt_ids) + s.params.max_tokens for _, _, s in jobs)
     max_batch = min(opts.max_batch, len(jobs))
     check_kv_memory(model.cfg, max_batch, max_len)
-    engine = Engine(model, max_batch=max_batch, max_len=max_len, eos_token_ids=eos)
-    for _, _, seq in jobs:
-        engine.add(seq)  # validates: nothing runs if any request is impossible
-
-    total_tokens = 0
+    for _, _, seq in jobs:  # nothing runs if any request is impossible
+        check_request(seq, model.cfg.vocab_size, max_len)
     start = time.perf_counter()
+    startup = 0.0
     progress = _Progress(len(jobs), opts.progress)
-
-    def on_step(report: StepReport) -> None:
-        nonlocal total_tokens
-        total_tokens += report.new_tokens
-        log.info("engine.step", step=engine.steps, batch_size=report.batch_size,
-                 prefill_tokens=report.prefill_tokens, new_tokens=report.new_tokens,
-                 forward_ms=round(report.forward_s * 1000, 2), sample_ms=round(report.sample_s * 1000, 2))
-        for seq in report.finished:
-            log.info("request.finished", request_id=seq.request_id, tokens=len(seq.output_ids),
-                     finish_reason=str(seq.finish_reason), latency_s=round(seq.finish_s - seq.arrival_s, 4))
-        progress.update(len(report.finished), total_tokens, time.perf_counter() - start)
-
     try:
-        while engine.has_work:
-            on_step(engine.step())
+        if opts.mode == "autoregressive":
+            steps = _run_in_process(model, jobs, max_batch, max_len, eos, progress, log)
+        else:
+            steps, startup = asyncio.run(_run_actors(opts, drafters, jobs, max_batch, max_len, progress))
     finally:
         progress.close()
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - start - startup
+    total_tokens = sum(len(s.output_ids) for _, _, s in jobs)
 
     out_path = Path(opts.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,17 +156,84 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
         "output_tokens": total_tokens,
         "wall_s": wall,
         "tokens_per_s": total_tokens / wall if wall else 0.0,
-        "steps": engine.steps,
+        "steps": steps,
         "p50_latency_s": latencies[len(latencies) // 2],
         "max_latency_s": latencies[-1],
         "finish_reasons": _count(str(s.finish_reason) for _, _, s in jobs),
         "model_load_s": load_s,
-        "kv_cache_mb": engine.cache.nbytes / 2**20,
+        "startup_s": startup,
+        "kv_cache_mb": KVCache.bytes_needed(model.cfg, max_batch, max_len) / 2**20,
+        "drafted": sum(s.drafted for _, _, s in jobs),
+        "accepted": sum(s.accepted for _, _, s in jobs),
+        "per_method": _per_method(jobs),
         "out": str(out_path),
     }
     log.info("rollout.summary", **{k: v for k, v in summary.items() if not isinstance(v, dict)})
     print_summary(summary)
     return summary
+
+
+def _run_in_process(model: Any, jobs: list, max_batch: int, max_len: int, eos: set[int], progress: "_Progress",
+                    log: Any) -> int:
+    """The autoregressive baseline: the target engine alone, in this process."""
+    engine = Engine(model, max_batch=max_batch, max_len=max_len, eos_token_ids=eos)
+    for _, _, seq in jobs:
+        engine.add(seq)
+    tokens = 0
+    start = time.perf_counter()
+    while engine.has_work:
+        report = engine.step()
+        tokens += report.new_tokens
+        log.info("engine.step", step=engine.steps, batch_size=report.batch_size,
+                 prefill_tokens=report.prefill_tokens, new_tokens=report.new_tokens,
+                 forward_ms=round(report.forward_s * 1000, 2), sample_ms=round(report.sample_s * 1000, 2))
+        for seq in report.finished:
+            log.info("request.finished", request_id=seq.request_id, tokens=len(seq.output_ids),
+                     finish_reason=str(seq.finish_reason), latency_s=round(seq.finish_s - seq.arrival_s, 4))
+        progress.update(len(report.finished), tokens, time.perf_counter() - start)
+    return engine.steps
+
+
+async def _run_actors(opts: RolloutOptions, drafters: list[str], jobs: list, max_batch: int, max_len: int,
+                      progress: "_Progress") -> tuple[int, float]:
+    """Speculative modes: verifier and drafters as actors (model drafters in their own process).
+
+    Returns (verify steps, start-up seconds: processes and models loading).
+    """
+    from specactor.coordinator import EngineConfig, RolloutEngine
+
+    config = EngineConfig(model=opts.model, mode=opts.mode, drafters=drafters, k=opts.k, window=opts.window,
+                          max_batch=max_batch, max_len=max_len, transport="ipc", processes=True)
+    by_id = {seq.request_id: seq for _, _, seq in jobs}
+    tokens = 0
+    begin = time.perf_counter()
+    async with RolloutEngine(config) as engine:
+        start = time.perf_counter()
+        futures = [await engine.coordinator.submit(seq.request_id, seq.prompt_ids, seq.params) for _, _, seq in jobs]
+        for done in asyncio.as_completed(futures):
+            result = await done
+            seq = by_id[result.request_id]
+            if result.finish_reason == "error":
+                raise ValueError(f"request {result.request_id}: {result.error}")
+            seq.output_ids, seq.logprobs = list(result.token_ids), list(result.logprobs)
+            seq.finish_reason = result.finish_reason
+            seq.finish_s = time.perf_counter()
+            seq.drafted, seq.accepted = result.stats.drafted, result.stats.accepted
+            seq.steps, seq.per_method = result.stats.verify_steps, dict(result.stats.per_method)
+            tokens += len(seq.output_ids)
+            progress.update(1, tokens, time.perf_counter() - start)
+        stats = await engine.stats()
+    return int(stats.get("verifier", {}).get("steps", 0)), start - begin
+
+
+def _per_method(jobs: list) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {}
+    for _, _, seq in jobs:
+        for method, counts in seq.per_method.items():
+            into = totals.setdefault(method, {"drafted": 0, "accepted": 0, "steps": 0})
+            for key, value in counts.items():
+                into[key] = into.get(key, 0) + value
+    return totals
 
 
 def check_kv_memory(cfg: Any, max_batch: int, max_len: int, fraction: float = 0.8) -> None:
@@ -231,12 +290,16 @@ def print_summary(summary: dict[str, Any]) -> None:
     rows = [
         ("samples", f"{summary['samples']} ({summary['prompts']} prompts)"),
         ("output tokens", f"{summary['output_tokens']:,}"),
-        ("wall time", f"{summary['wall_s']:.1f} s"),
+        ("wall time", f"{summary['wall_s']:.1f} s" + (f" (+ {summary['startup_s']:.1f} s start-up)"
+                                                     if summary["startup_s"] else "")),
         ("tokens/s", f"{summary['tokens_per_s']:,.1f}"),
         ("engine steps", f"{summary['steps']:,}"),
         ("latency p50 / max", f"{summary['p50_latency_s']:.1f} s / {summary['max_latency_s']:.1f} s"),
         ("finish reasons", ", ".join(f"{k} {v}" for k, v in sorted(summary["finish_reasons"].items()))),
         ("KV cache", f"{summary['kv_cache_mb']:,.0f} MB"),
+        *[(f"acceptance {m}", f"{c['accepted']}/{c['drafted']} = {c['accepted'] / max(c['drafted'], 1):.0%}, "
+           f"{(c['accepted'] + c['steps']) / max(c['steps'], 1):.2f} tokens/step")
+          for m, c in sorted(summary.get("per_method", {}).items())],
         ("output", summary["out"]),
     ]
     for key, value in rows:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from specactor.protocol import FinishReason, SamplingParams
+from specactor.protocol import FinishReason, SamplingParams, Verdict
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
 from specactor.verifier.sampler import SamplingBatch, sample
@@ -62,6 +62,21 @@ class Sequence:
         return len(self.prompt_ids) + len(self.output_ids)
 
 
+def check_request(seq: Sequence, vocab_size: int, max_len: int) -> None:
+    """Raise ValueError naming what makes ``seq`` impossible to serve."""
+    seq.params.validate()
+    if not seq.prompt_ids:
+        raise ValueError(f"request {seq.request_id!r}: prompt is empty")
+    bad = [t for t in seq.prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"request {seq.request_id!r}: token id {bad[0]} is outside the vocabulary "
+                         f"(size {vocab_size})")
+    need = len(seq.prompt_ids) + seq.params.max_tokens
+    if need > max_len:
+        raise ValueError(f"request {seq.request_id!r}: prompt ({len(seq.prompt_ids)}) + max_tokens "
+                         f"({seq.params.max_tokens}) = {need} exceeds the context of {max_len}")
+
+
 @dataclass
 class StepReport:
     """What one step did (for events and the cost profile)."""
@@ -72,6 +87,9 @@ class StepReport:
     forward_s: float
     sample_s: float
     finished: list[Sequence]
+    verdicts: list[Verdict] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
 
 
 class Engine:
@@ -101,17 +119,7 @@ class Engine:
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError naming what makes ``seq`` impossible to serve."""
-        seq.params.validate()
-        if not seq.prompt_ids:
-            raise ValueError(f"request {seq.request_id!r}: prompt is empty")
-        bad = [t for t in seq.prompt_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"request {seq.request_id!r}: token id {bad[0]} is outside the vocabulary "
-                             f"(size {self.vocab_size})")
-        need = len(seq.prompt_ids) + seq.params.max_tokens
-        if need > self.cache.max_len:
-            raise ValueError(f"request {seq.request_id!r}: prompt ({len(seq.prompt_ids)}) + max_tokens "
-                             f"({seq.params.max_tokens}) = {need} exceeds the context of {self.cache.max_len}")
+        check_request(seq, self.vocab_size, self.cache.max_len)
 
     def add(self, seq: Sequence) -> None:
         self.check(seq)
@@ -158,17 +166,30 @@ class Engine:
             return seq.prompt_ids + extra
         return [seq.output_ids[-1]] + extra
 
-    def step(self, drafts: dict[int, list[int]] | None = None) -> StepReport:
+    def max_draft(self, slot: int) -> int:
+        """How many draft tokens row ``slot`` can use this step (0 during prefill)."""
+        seq = self.running[slot]
+        if self.cache.lengths[slot] == 0:
+            return 0
+        return max(0, seq.params.max_tokens - len(seq.output_ids) - 1)
+
+    def step(self, drafts: dict[str, tuple[str, list[int]]] | None = None) -> StepReport:
         """One batched forward over all running requests; sample; retire finished.
 
-        ``drafts`` (slot -> proposed tokens) is verification input; the
-        autoregressive engine passes none.
+        ``drafts`` maps request id -> (method, tokens proposed for the next
+        output positions). A draft token is accepted only where it equals the
+        target's own position-keyed sample, so the output is the same with or
+        without drafts. Returns one Verdict per running request.
         """
         self._admit()
         if not self.running:
             return StepReport(0, 0, 0, 0.0, 0.0, [])
         drafts = drafts or {}
-        rows = [self._inputs(slot, drafts.get(slot, [])) for slot in range(len(self.running))]
+        proposal: list[tuple[str, list[int]]] = []
+        for slot, seq in enumerate(self.running):
+            method, tokens = drafts.get(seq.request_id, ("", []))
+            proposal.append((method, tokens[: self.max_draft(slot)]))
+        rows = [self._inputs(slot, proposal[slot][1]) for slot in range(len(self.running))]
         q_lens = [len(r) for r in rows]
         prefill = sum(q for slot, q in enumerate(q_lens) if self.cache.lengths[slot] == 0)
         tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
@@ -178,10 +199,10 @@ class Engine:
         offset = 0
         for slot, q in enumerate(q_lens):
             seq = self.running[slot]
-            k = len(drafts.get(slot, []))
+            k = len(proposal[slot][1])
+            p = seq.params
             for j in range(k + 1):
                 logit_rows.append(offset + q - 1 - k + j)
-                p = seq.params
                 sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + j))
             offset += q
         t0 = time.perf_counter()
@@ -190,11 +211,11 @@ class Engine:
         sampled, logprobs = sample(logits, SamplingBatch.build(sampling, self.device))
         sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
         t2 = time.perf_counter()
+        report = StepReport(len(q_lens), prefill, 0, t1 - t0, t2 - t1, [])
         finished_slots = []
-        new_tokens = 0
         i = 0
         for slot, seq in enumerate(self.running):
-            draft = drafts.get(slot, [])
+            method, draft = proposal[slot]
             targets = sampled_list[i : i + len(draft) + 1]
             lps = logprob_list[i : i + len(draft) + 1]
             i += len(draft) + 1
@@ -203,16 +224,28 @@ class Engine:
                 accepted += 1
             # Rows fed k draft tokens; only the accepted prefix stays in the cache.
             self.cache.lengths[slot] -= len(draft) - accepted
+            start = len(seq.output_ids)
             seq.steps += 1
-            seq.drafted += len(draft)
-            seq.accepted += accepted
-            new_tokens += self._commit(seq, targets[: accepted + 1], lps[: accepted + 1])
+            if draft:
+                seq.drafted += len(draft)
+                seq.accepted += accepted
+                counts = seq.per_method.setdefault(method, {"drafted": 0, "accepted": 0, "steps": 0})
+                counts["drafted"] += len(draft)
+                counts["accepted"] += accepted
+                counts["steps"] += 1
+            kept = self._commit(seq, targets[: accepted + 1], lps[: accepted + 1])
+            report.new_tokens += kept
+            report.drafted += len(draft)
+            report.accepted += accepted
+            report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=seq.output_ids[start:],
+                                           accepted=accepted, drafted=len(draft), method=method,
+                                           finished=seq.finished))
             if seq.finished:
                 finished_slots.append(slot)
-        finished = [self.running[s] for s in finished_slots]
+        report.finished = [self.running[s] for s in finished_slots]
         self._release(finished_slots)
         self.steps += 1
-        return StepReport(len(q_lens), prefill, new_tokens, t1 - t0, t2 - t1, finished)
+        return report
 
     def _commit(self, seq: Sequence, tokens: list[int], logprobs: list[float]) -> int:
         """Append tokens until a stop condition; returns how many were kept."""

@@ -1,0 +1,177 @@
+"""DraftActor: one drafting method serving many requests.
+
+Decoupled mode: drafts ahead of the last verdict without waiting, up to a
+per-request window, streaming one DraftBatch per drafting round; a verdict
+that contradicts the lookahead discards it (rollback) and drafting goes on
+from the committed tokens. Coupled mode: drafts ``k`` tokens, then waits for
+the verdict on them (the classic draft-then-verify barrier).
+
+Proposals of compute-heavy drafters (a model) run on the actor's worker
+thread; verdicts that arrive meanwhile are queued and applied afterwards, so
+the drafter's state is only ever touched by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from specactor import protocol as p
+from specactor.actor import Actor
+from specactor.drafters.base import DraftState, Drafter
+from specactor.drafters.registry import make_drafter
+
+
+class DraftActor(Actor):
+    def __init__(
+        self,
+        name: str,
+        method: str,
+        verifier: str = "verifier",
+        mode: str = "decoupled",
+        k: int = 4,
+        window: int = 8,
+        model: str | None = None,
+        threads: int | None = None,
+        drafter_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(name, **kwargs)
+        if mode not in ("coupled", "decoupled"):
+            raise ValueError(f"mode must be coupled or decoupled, got {mode!r}")
+        if k < 1 or window < k:
+            raise ValueError(f"need 1 <= k <= window (got k={k}, window={window})")
+        self.method, self.verifier, self.mode, self.k, self.window = method, verifier, mode, k, window
+        self.model_name = model
+        self.threads = threads
+        self.drafter_options = drafter_options or {}
+        self.drafter: Drafter | None = None
+        self.states: dict[str, DraftState] = {}
+        self.windows: dict[str, int] = {}
+        self._need_draft: set[str] = set()  # coupled: waiting for our draft
+        self._stalled: dict[str, int] = {}  # decoupled: nothing to propose at this committed length
+        self._queued: list[p.Track | p.VerdictBatch | p.Untrack] = []
+        self._busy = False
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.stats = {"drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
+
+    async def on_start(self) -> None:
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+        self.drafter = await self.run_blocking(make_drafter, self.method, self.model_name, self.drafter_options)
+        self._loop_task = asyncio.create_task(self._drafting_loop())
+
+    async def on_stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+
+    async def handle(self, sender: str, msg: p.Message) -> None:
+        if isinstance(msg, (p.Track, p.VerdictBatch, p.Untrack)):
+            if self._busy:  # the drafter is proposing on the worker thread: apply afterwards, in order
+                self._queued.append(msg)
+            else:
+                self._apply_message(msg)
+        elif isinstance(msg, p.StatsRequest):
+            await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states)}))
+        else:
+            raise TypeError(f"DraftActor does not handle {type(msg).__name__}")
+        self._wake.set()
+
+    def _apply_message(self, msg: p.Track | p.VerdictBatch | p.Untrack) -> None:
+        if isinstance(msg, p.Track):
+            self._track(msg)
+        elif isinstance(msg, p.VerdictBatch):
+            self._apply(msg.verdicts)
+        else:
+            self._untrack(msg.request_id)
+
+    def _track(self, msg: p.Track) -> None:
+        assert self.drafter is not None
+        if msg.request_id in self.states:
+            raise ValueError(f"request {msg.request_id!r} is already tracked")
+        state = DraftState(msg.request_id, list(msg.context_ids[: msg.prompt_len]),
+                           committed=list(msg.context_ids[msg.prompt_len:]), seed=msg.seed,
+                           temperature=msg.temperature)
+        self.drafter.start(state)
+        self.states[msg.request_id] = state
+        self.windows[msg.request_id] = max(1, min(msg.window or self.window, self.window))
+        self._need_draft.add(msg.request_id)
+
+    def _untrack(self, request_id: str) -> None:
+        state = self.states.pop(request_id, None)
+        if state is not None and self.drafter is not None:
+            self.drafter.finish(state)
+        self.windows.pop(request_id, None)
+        self._need_draft.discard(request_id)
+        self._stalled.pop(request_id, None)
+
+    def _apply(self, verdicts: list[p.Verdict]) -> None:
+        assert self.drafter is not None
+        for verdict in verdicts:
+            state = self.states.get(verdict.request_id)
+            if state is None:
+                continue
+            if not state.observe(verdict.start, verdict.tokens):
+                self.stats["rollbacks"] += 1
+            self.drafter.observe(state, verdict.start, verdict.tokens)
+            self._need_draft.add(verdict.request_id)
+            self._stalled.pop(verdict.request_id, None)
+            if verdict.finished:
+                self._untrack(verdict.request_id)
+
+    def _ready(self) -> list[DraftState]:
+        if self.mode == "coupled":
+            return [self.states[r] for r in self._need_draft if r in self.states]
+        return [
+            s for r, s in self.states.items()
+            if len(s.lookahead) < self.windows[r] and self._stalled.get(r) != len(s.committed)
+        ]
+
+    async def _drafting_loop(self) -> None:
+        assert self.drafter is not None
+        while True:
+            ready = self._ready()
+            if not ready:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            k = self.k
+            self._busy = True
+            t0 = time.perf_counter()
+            try:
+                proposals = await self.run_blocking(self.drafter.propose, ready, k)
+            except Exception as exc:  # a failing drafter slows its requests down, nothing more
+                self.log.error("draft.failed", method=self.method, error=f"{type(exc).__name__}: {exc}")
+                proposals = [[] for _ in ready]
+            finally:
+                self._busy = False
+            elapsed = time.perf_counter() - t0
+            drafts = []
+            for state, tokens in zip(ready, proposals):
+                room = self.windows[state.request_id] - len(state.lookahead) if self.mode == "decoupled" else k
+                tokens = list(tokens[:room])
+                start = len(state.committed) + len(state.lookahead)
+                state.lookahead.extend(tokens)
+                self._need_draft.discard(state.request_id)
+                if not tokens:
+                    self._stalled[state.request_id] = len(state.committed)
+                drafts.append(p.Draft(request_id=state.request_id, method=self.method, start=start, tokens=tokens,
+                                      draft_ns=int(elapsed * 1e9)))
+            self.stats["drafts"] += len(drafts)
+            self.stats["tokens"] += sum(len(d.tokens) for d in drafts)
+            self.stats["draft_s"] += elapsed
+            self.log.info("draft.chunk", method=self.method, requests=len(drafts),
+                          tokens=sum(len(d.tokens) for d in drafts), draft_ms=round(elapsed * 1000, 3))
+            await self.send(self.verifier, p.DraftBatch(drafter=self.name, drafts=drafts))
+            if self._queued:
+                queued, self._queued = self._queued, []
+                for msg in queued:
+                    try:
+                        self._apply_message(msg)
+                    except Exception as exc:
+                        self.log.error("draft.failed", method=self.method, error=f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(0)  # let verdicts in between rounds

@@ -1,0 +1,140 @@
+"""Losslessness (DESIGN invariant 1): whatever the drafts, the tokens are the
+autoregressive ones. Hypothesis drives adversarial drafters against the verifier."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specactor.protocol import SamplingParams
+from specactor.verifier.engine import Engine, Sequence
+from specactor.verifier.verifier import Verifier
+from tests.conftest import ours_from_hf, tiny_hf_model
+
+VOCAB = 256
+BEHAVIOURS = ["perfect", "wrong", "random", "empty", "too_long", "stale_ok", "stale_bad", "future", "silent",
+              "perfect_prefix"]
+
+
+@functools.lru_cache(maxsize=None)
+def _model(kind: str):
+    return ours_from_hf(tiny_hf_model(kind, seed=5, vocab=VOCAB))
+
+
+def _sequences(prompts, params, seeds):
+    return [Sequence(f"r{i}", p, params, seed=s) for i, (p, s) in enumerate(zip(prompts, seeds))]
+
+
+def _reference(model, prompts, params, seeds):
+    engine = Engine(model, max_batch=len(prompts), max_len=128)
+    return engine.run(_sequences(prompts, params, seeds))
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 3))
+    prompts = [draw(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12)) for _ in range(n)]
+    seeds = [draw(st.integers(0, 2**63 - 1)) for _ in range(n)]
+    params = SamplingParams(
+        temperature=draw(st.sampled_from([0.0, 0.7, 1.0])),
+        top_k=draw(st.sampled_from([0, 5])),
+        top_p=draw(st.sampled_from([1.0, 0.9])),
+        max_tokens=draw(st.integers(1, 24)),
+    )
+    window = draw(st.integers(1, 6))
+    plan = draw(st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=40))
+    kind = draw(st.sampled_from(["llama", "qwen2"]))
+    max_batch = draw(st.integers(1, 3))
+    return kind, prompts, seeds, params, window, plan, max_batch, draw(st.randoms(use_true_random=False))
+
+
+def _draft(behaviour: str, ref: list[int], done: int, window: int, rnd) -> tuple[int, list[int]] | None:
+    """A draft (start, tokens) for a request that has committed ``done`` output tokens."""
+    k = rnd.randint(1, window)
+    if behaviour == "perfect":
+        return done, ref[done:done + k]
+    if behaviour == "perfect_prefix":
+        good = ref[done:done + k]
+        cut = rnd.randint(0, len(good))
+        return done, good[:cut] + [(t + 1) % VOCAB for t in good[cut:]]
+    if behaviour == "wrong":
+        return done, [(t + 1) % VOCAB for t in ref[done:done + k]] or [0]
+    if behaviour == "random":
+        return done, [rnd.randrange(VOCAB) for _ in range(k)]
+    if behaviour == "empty":
+        return done, []
+    if behaviour == "too_long":
+        return done, ref[done:done + window + 10] + [rnd.randrange(VOCAB) for _ in range(5)]
+    if behaviour == "stale_ok":  # drafted before the last tokens were committed, consistent
+        back = min(done, rnd.randint(1, 3))
+        return done - back, ref[done - back:done + k]
+    if behaviour == "stale_bad":  # drafted from a different past
+        back = min(done, rnd.randint(1, 3))
+        return done - back, [(t + 1) % VOCAB for t in ref[done - back:done]] + ref[done:done + k]
+    if behaviour == "future":  # drafted past an unverified lookahead
+        return done + rnd.randint(1, 3), ref[done + 1:done + 1 + k]
+    return None  # silent: a slow drafter
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases())
+def test_any_drafts_give_the_autoregressive_tokens(case) -> None:
+    kind, prompts, seeds, params, window, plan, max_batch, rnd = case
+    model = _model(kind)
+    reference = _reference(model, prompts, params, seeds)
+    verifier = Verifier(Engine(model, max_batch=max_batch, max_len=128), default_window=window)
+    seqs = _sequences(prompts, params, seeds)
+    for seq in seqs:
+        verifier.add(seq)
+    step = 0
+    while verifier.has_work:
+        behaviour = plan[step % len(plan)]
+        for seq in verifier.engine.running:
+            ref = reference[int(seq.request_id[1:])].output_ids
+            draft = _draft(behaviour, ref, len(seq.output_ids), window, rnd)
+            if draft is not None:
+                verifier.add_draft(seq.request_id, behaviour, *draft)
+        verifier.step()
+        step += 1
+        assert step < 500
+    for seq, ref in zip(seqs, reference):
+        assert seq.output_ids == ref.output_ids
+        assert seq.finish_reason == ref.finish_reason
+        assert seq.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+
+
+def test_perfect_drafts_cut_the_number_of_steps() -> None:
+    """Not just lossless: accepted drafts must actually save verify steps."""
+    model = _model("llama")
+    params = SamplingParams(temperature=1.0, max_tokens=40)
+    prompts, seeds = [[1, 2, 3], [4, 5]], [11, 12]
+    reference = _reference(model, prompts, params, seeds)
+    verifier = Verifier(Engine(model, max_batch=2, max_len=128), default_window=4)
+    for seq in _sequences(prompts, params, seeds):
+        verifier.add(seq)
+    steps = 0
+    while verifier.has_work:
+        for seq in verifier.engine.running:
+            ref = reference[int(seq.request_id[1:])].output_ids
+            verifier.add_draft(seq.request_id, "perfect", len(seq.output_ids), ref[len(seq.output_ids):][:4])
+        verifier.step()
+        steps += 1
+    assert steps <= 1 + 40 // 5 + 1  # prefill + 5 tokens per step
+
+
+def test_awaiting_drafts_is_the_coupled_barrier() -> None:
+    model = _model("llama")
+    verifier = Verifier(Engine(model, max_batch=2, max_len=64), default_window=3)
+    a = Sequence("a", [1, 2], SamplingParams(temperature=0, max_tokens=8), seed=0)
+    verifier.add(a)
+    assert verifier.awaiting_drafts() == []  # waiting for prefill, no draft needed
+    verifier.step()
+    assert verifier.awaiting_drafts() == ["a"]
+    verifier.add_draft("a", "ngram", len(a.output_ids), [])  # "no draft" is an answer too
+    assert verifier.awaiting_drafts() == []
+    with pytest.raises(ValueError, match="duplicate"):
+        verifier.add(Sequence("a", [1], SamplingParams(), seed=0))
+    assert verifier.add_draft("nobody", "x", 0, [1]) is False
