@@ -189,13 +189,22 @@ class RolloutEngine:
     async def abort(self, request_id: str) -> None:
         await self.coordinator.send("verifier", p.AbortRequest(request_id=request_id))
 
-    async def stats(self) -> dict[str, dict[str, float]]:
-        """Live counters of the verifier and each drafter."""
-        out = {}
-        for name in ["verifier"] + [f"draft-{m}" for m in self.config.active_drafters]:
+    async def stats(self, timeout_s: float = 5.0) -> dict[str, dict[str, float]]:
+        """Live counters of the verifier and each live drafter (dead ones are skipped)."""
+        names = [n for n in ["verifier"] + [f"draft-{m}" for m in self.config.active_drafters]
+                 if n in self.system.live()]
+        for name in names:
             await self.system.send(name, p.StatsRequest())
-        for _ in range(1 + len(self.config.active_drafters)):
-            sender, reply = await asyncio.wait_for(self.system.replies.get(), 10)
+        out: dict[str, dict[str, float]] = {}
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(out) < len(names):
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                sender, reply = await asyncio.wait_for(self.system.replies.get(), remaining)
+            except asyncio.TimeoutError:
+                break
             if isinstance(reply, p.StatsReply):
                 out[sender] = reply.values
         return out

@@ -1,0 +1,210 @@
+"""ModelDrafter: shared noise, rollback, batching/slot compaction, errors, the default int8 drafter."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specactor.drafters.base import DraftState
+from specactor.drafters.model import Int8WeightLinear, ModelDrafter, default_model_drafter
+from specactor.prompts import humaneval_prompts
+from specactor.protocol import SamplingParams
+from specactor.verifier.engine import Engine, Sequence
+from tests.conftest import ours_from_hf, tiny_hf_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return ours_from_hf(tiny_hf_model("llama", seed=2))
+
+
+def _prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (n,), generator=g).tolist() for n in lengths]
+
+
+def _target(model, prompts, temperature, seeds, max_tokens=24) -> list[list[int]]:
+    engine = Engine(model, max_batch=len(prompts), max_len=256)
+    seqs = engine.run(Sequence(f"r{i}", p, SamplingParams(temperature=temperature, max_tokens=max_tokens), seed=s)
+                      for i, (p, s) in enumerate(zip(prompts, seeds)))
+    return [s.output_ids for s in seqs]
+
+
+def _states(prompts, temperature, seeds) -> list[DraftState]:
+    return [DraftState(f"r{i}", list(p), seed=s, temperature=temperature)
+            for i, (p, s) in enumerate(zip(prompts, seeds))]
+
+
+def _draft_ahead(drafter, states, k, rounds) -> None:
+    """Propose ``rounds`` times, each continuing the lookahead (no verdicts)."""
+    for _ in range(rounds):
+        for s, d in zip(states, drafter.propose(states, k)):
+            assert len(d) == k
+            s.lookahead.extend(d)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_perfect_drafter_with_shared_noise_matches_the_target(tiny, temperature) -> None:
+    prompts, seeds = _prompts([3, 17, 40]), [11, 2**62 + 5, 0]
+    expected = _target(tiny, prompts, temperature, seeds)
+    drafter = ModelDrafter(tiny, max_slots=4, max_len=256)
+    states = _states(prompts, temperature, seeds)
+    for s in states:
+        drafter.start(s)
+    _draft_ahead(drafter, states, k=4, rounds=6)
+    assert [s.lookahead for s in states] == expected
+    for s in states:
+        drafter.finish(s)
+    assert drafter.active == 0
+    # and when every proposal is verified and committed (coupled mode)
+    states = [DraftState(f"c{i}", list(p), seed=s, temperature=temperature)
+              for i, (p, s) in enumerate(zip(prompts, seeds))]
+    for s in states:
+        drafter.start(s)
+    for _ in range(8):
+        for s, d, ref in zip(states, drafter.propose(states, 3), expected):
+            s.lookahead.extend(d)
+            verdict = ref[len(s.committed):len(s.committed) + 3]
+            assert s.observe(len(s.committed), verdict)
+            drafter.observe(s, len(s.committed) - len(verdict), verdict)
+    assert [s.committed for s in states] == expected
+
+
+def test_argmax_drafts_the_mode_and_misses_samples(tiny) -> None:
+    prompts, seeds = _prompts([5, 9, 30, 12]), [1, 2, 3, 4]
+    expected = _target(tiny, prompts, 1.0, seeds)
+    drafter = ModelDrafter(tiny, max_slots=4, max_len=256, noise="argmax")
+    states = _states(prompts, 1.0, seeds)
+    for s in states:
+        drafter.start(s)
+    _draft_ahead(drafter, states, k=4, rounds=6)
+    drafted = [s.lookahead for s in states]
+    assert drafted != expected
+    hits = sum(a == b for d, e in zip(drafted, expected) for a, b in zip(d, e))
+    assert hits < len(prompts) * 24 // 2
+    # what it drafts is the greedy continuation, whatever the temperature
+    assert drafted == _target(tiny, prompts, 0.0, seeds)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_rollback_equals_a_fresh_drafter(tiny, temperature) -> None:
+    prompt = _prompts([20])[0]
+    drafter = ModelDrafter(tiny, max_slots=2, max_len=256)
+    state = DraftState("a", list(prompt), seed=9, temperature=temperature)
+    drafter.start(state)
+    first = drafter.propose([state], 4)[0]
+    state.lookahead.extend(first)
+    # accept two, then a token contradicting the third: the lookahead is discarded
+    wrong = (first[2] + 1) % 256
+    assert not state.observe(0, first[:2] + [wrong])
+    drafter.observe(state, 0, first[:2] + [wrong])
+    assert state.lookahead == []
+    again = drafter.propose([state], 4)[0]
+    fresh = ModelDrafter(tiny, max_slots=1, max_len=256)
+    ref = DraftState("a", list(prompt), committed=first[:2] + [wrong], seed=9, temperature=temperature)
+    fresh.start(ref)
+    assert again == fresh.propose([ref], 4)[0]
+    # a verdict contradicting the very first token, after drafting far ahead
+    state.lookahead.extend(again)
+    state.lookahead.extend(drafter.propose([state], 4)[0])
+    wrong = (state.lookahead[0] + 7) % 256
+    state.observe(3, [wrong])
+    ref.committed.append(wrong)
+    assert drafter.propose([state], 5)[0] == fresh.propose([ref], 5)[0]
+
+
+def test_batched_subsets_and_slot_compaction_match_single_requests(tiny) -> None:
+    prompts = _prompts([2, 31, 7, 18, 50], seed=4)
+    temps = [1.0, 0.0, 0.7, 1.0, 1.0]
+    batched = ModelDrafter(tiny, max_slots=5, max_len=256)
+    states = [DraftState(f"r{i}", list(p), seed=100 + i, temperature=t)
+              for i, (p, t) in enumerate(zip(prompts, temps))]
+    alone_drafters = [ModelDrafter(tiny, max_slots=1, max_len=256) for _ in prompts]
+    alone_states = [DraftState(s.request_id, list(s.prompt_ids), seed=s.seed, temperature=s.temperature)
+                    for s in states]
+    for d, s, a in zip(alone_drafters, states, alone_states):
+        batched.start(s)
+        d.start(a)
+
+    def check(indices: list[int], k: int) -> None:
+        together = batched.propose([states[i] for i in indices], k)
+        for i, got in zip(indices, together):
+            assert got == alone_drafters[i].propose([alone_states[i]], k)[0], (i, indices)
+            states[i].lookahead.extend(got)
+            alone_states[i].lookahead.extend(got)
+
+    def verdict(i: int, tokens: list[int]) -> None:
+        for s, d in ((states[i], batched), (alone_states[i], alone_drafters[i])):
+            start = len(s.committed)
+            s.observe(start, tokens)
+            d.observe(s, start, tokens)
+
+    check([0, 1, 2, 3, 4], 4)
+    verdict(0, states[0].lookahead[:2] + [3])  # partial accept, rollback
+    verdict(1, states[1].lookahead[:4])  # all accepted
+    verdict(3, [(states[3].lookahead[0] + 1) % 256])  # nothing accepted
+    check([0, 1, 2, 3, 4], 3)
+    check([3, 0], 2)  # a subset, out of order
+    check([4, 2, 1], 3)
+    batched.finish(states[1])  # frees a slot in the middle: the last one moves into it
+    alone_drafters[1].finish(alone_states[1])
+    assert batched.active == 4
+    verdict(4, states[4].lookahead[:1])
+    check([0, 2, 3, 4], 4)
+    batched.finish(states[0])
+    check([4, 3, 2], 2)
+    with pytest.raises(KeyError, match="r1"):
+        batched.propose([states[1]], 2)
+
+
+def test_proposals_shrink_near_max_len(tiny) -> None:
+    drafter = ModelDrafter(tiny, max_slots=2, max_len=32)
+    near = DraftState("near", _prompts([30])[0], seed=1)
+    far = DraftState("far", _prompts([10])[0], seed=2)
+    for s in (near, far):
+        drafter.start(s)
+    got = drafter.propose([near, far], 5)
+    assert [len(g) for g in got] == [3, 5]  # the last forward feeds token k-2 at position len + k - 2
+    alone = ModelDrafter(tiny, max_slots=1, max_len=64)
+    ref = DraftState("far", list(far.prompt_ids), seed=2)
+    alone.start(ref)
+    assert alone.propose([ref], 5)[0] == got[1]
+
+
+def test_clear_errors(tiny) -> None:
+    drafter = ModelDrafter(tiny, max_slots=2, max_len=16)
+    with pytest.raises(ValueError, match="outside the draft model's vocabulary .size 256"):
+        drafter.start(DraftState("v", [1, 2, 300]))
+    ok = DraftState("ok", [1, 2, 3])
+    drafter.start(ok)
+    ok.committed.extend([5, 999])  # a target with a bigger vocabulary committed a token
+    with pytest.raises(ValueError, match="token id 999 is outside"):
+        drafter.propose([ok], 2)
+    with pytest.raises(ValueError, match="longer than the drafter's max_len 16"):
+        drafter.start(DraftState("long", list(range(17))))
+    drafter.start(DraftState("b", [4]))
+    with pytest.raises(RuntimeError, match="max_slots 2"):
+        drafter.start(DraftState("c", [4]))
+    with pytest.raises(ValueError, match="already started"):
+        drafter.start(DraftState("b", [4]))
+    ok.committed[:] = list(range(14))
+    with pytest.raises(ValueError, match="context of 17 tokens is longer"):
+        drafter.propose([ok], 2)
+    with pytest.raises(ValueError, match="noise"):
+        ModelDrafter(tiny, noise="gumbel")
+
+
+def test_default_int8_drafter_drafts_humaneval(default_model) -> None:
+    folder, target, tok = default_model
+    prompt = tok.apply_chat_template([{"role": "user", "content": humaneval_prompts(1)[0].text}])
+    drafter = default_model_drafter(folder, max_slots=2, max_len=1024)
+    assert drafter.name == "model"
+    assert isinstance(drafter.model.layers[0].qkv, Int8WeightLinear)
+    assert isinstance(drafter.model.lm_head, Int8WeightLinear)
+    expected = Engine(target, max_batch=1, max_len=1024).run(
+        [Sequence("h", prompt, SamplingParams(temperature=0.0, max_tokens=8), seed=3)])[0].output_ids
+    state = DraftState("h", prompt, seed=3, temperature=0.0)
+    drafter.start(state)
+    draft = drafter.propose([state], 8)[0]
+    assert len(draft) == 8 and all(0 <= t < target.cfg.vocab_size for t in draft)
+    assert draft[:4] == expected[:4]  # greedy int8 agrees with fp32 at the start of a reply
