@@ -116,8 +116,11 @@ async def test_sigkilled_model_drafter_only_slows_things_down(default_model, ses
     async with RolloutEngine(config) as engine:
         pid = engine.system.pid("draft-model")
         task = asyncio.ensure_future(engine.generate(prompts[:4], params, request_ids=ids[:4]))
-        while (await engine.stats())["verifier"]["accepted"] == 0:  # the drafter is really in use
+        for _ in range(600):  # until the drafter is really in use (bounded)
+            if task.done() or (await engine.stats()).get("verifier", {}).get("accepted", 0) > 0:
+                break
             await asyncio.sleep(0.2)
+        assert not task.done(), "rollout finished before any model draft was accepted"
         os.kill(pid, signal.SIGKILL)
         results = await asyncio.wait_for(task, 600)
         assert "draft-model" in engine.system.down
