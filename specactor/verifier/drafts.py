@@ -49,10 +49,11 @@ class DraftBook:
             if draft.start > now:
                 continue  # drafted past an unverified lookahead: not yet usable
             overlap = now - draft.start
-            if draft.tokens[:overlap] != committed[draft.start:now] or overlap >= len(draft.tokens):
-                if draft.tokens[:overlap] != committed[draft.start:now]:
-                    del by_method[method]  # contradicted: can never become usable
+            if draft.tokens[:overlap] != committed[draft.start:now]:
+                del by_method[method]  # contradicted: can never become usable
                 continue
+            if overlap >= len(draft.tokens):
+                continue  # all of it is committed already; a continuing chunk may still extend it
             tokens = draft.tokens[overlap:overlap + window]
             if len(tokens) > len(best[1]):
                 best = (method, tokens)
