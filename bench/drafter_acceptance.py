@@ -22,7 +22,7 @@ replay (all prompts batched). A speed section times steady-state drafting
 batch 1 and 8 for each model copy, taking the fastest of ``--repeats`` rounds
 (the machine is shared, so the minimum is the least disturbed figure).
 
-Drafters: ``ngram``, or ``QUANT`` (shared noise) / ``QUANT-argmax`` with QUANT
+Drafters: ``ngram``, ``suffix``, or ``QUANT`` (shared noise) / ``QUANT-argmax`` with QUANT
 one of ``int8w`` (int8 weight-only, bf16 activations: the default draft
 model), ``int8`` (torch.ao dynamic quantisation), ``bf16``, ``fp32`` (the
 target itself: the upper bound; exactly 4.00 would need batch-invariant
@@ -43,7 +43,7 @@ import torch
 
 from specactor.drafters.base import DraftState
 from specactor.drafters.model import QUANT_MODES, ModelDrafter, load_draft_model
-from specactor.drafters.ngram import NgramDrafter
+from specactor.drafters.registry import make_drafter
 from specactor.models import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
@@ -134,13 +134,14 @@ def parse_drafters(text: str) -> list[tuple[str, str | None, str]]:
     """'int8,int8-argmax,ngram' -> [(label, quant or None, noise)]."""
     out = []
     for label in [x.strip() for x in text.split(",") if x.strip()]:
-        if label == "ngram":
+        if label in ("ngram", "suffix"):
             out.append((label, None, ""))
             continue
         quant, _, noise = label.partition("-")
         noise = noise or "shared"
         if quant not in QUANT_MODES or noise not in ("shared", "argmax"):
-            raise SystemExit(f"unknown drafter {label!r}: use ngram or QUANT[-argmax], QUANT in {QUANT_MODES}")
+            raise SystemExit(f"unknown drafter {label!r}: use ngram, suffix or QUANT[-argmax], "
+                             f"QUANT in {QUANT_MODES}")
         out.append((label, quant, noise))
     return out
 
@@ -189,7 +190,7 @@ def main() -> None:
         for label, quant, noise in drafters:
             t0 = time.perf_counter()
             if quant is None:
-                drafter = NgramDrafter()
+                drafter = make_drafter(label)
             else:
                 drafter = ModelDrafter(model_for(quant), max_slots=len(prompts),
                                        max_len=max(map(len, prompts)) + args.max_tokens + args.k + 8, noise=noise)

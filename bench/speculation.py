@@ -1,14 +1,23 @@
-"""Speedup of coupled and decoupled speculation over autoregressive decoding.
+"""Speedup of coupled, decoupled and policy-driven speculation over autoregressive.
 
-    python bench/speculation.py [--drafters ngram,suffix] [--batches 1,8,32] [--tokens 96] [--repeats 3]
+    python bench/speculation.py [--drafters ngram,suffix,model] [--batches 1,8,32] [--n 4]
+                                [--temperatures 0,1] [--tokens 96] [--repeats 3]
 
-For each batch size B, the first B HumanEval chat prompts (one sample each) are
-decoded with the same seeds by: the autoregressive engine (in this process),
-then, per drafter, ``coupled`` and ``specactor`` (decoupled) through
-RolloutEngine with the verifier in its own process (ipc). Each run's time is
-measured after the actors have started (model loading excluded). Every
-speculative sample is checked token for token against autoregressive.
-Medians of ``--repeats``; writes bench/results/speculation.json and a table.
+For each temperature and batch size B, ceil(B/n) HumanEval chat prompts with n
+samples each (a GRPO group; n is capped at B) are decoded with the same seeds
+by every configuration, all through RolloutEngine with the verifier in its own
+process over ipc (the same engine, so only the drafting differs):
+
+  autoregressive       no drafts
+  coupled <d>          drafter d, strict draft-then-verify barrier, k tokens
+  decoupled <d>        drafter d, decoupled (specactor mode, static assignment)
+  specactor            every drafter, the Fastest-of-N policy (bandit, windows, racing)
+
+Runs are interleaved across repeats (AR, then each config, then again) so that
+drift on a shared machine hits them alike; the medians are reported. Time is
+measured after start-up (model loading excluded), from submitting the batch to
+the last result. Every sample is compared token for token with autoregressive.
+Writes bench/results/speculation.json and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -25,82 +34,109 @@ from pathlib import Path
 import torch
 
 from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.events import configure_events
 from specactor.models import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.weights import load_causal_lm
 
 
-def autoregressive(model, eos, prompts, params) -> tuple[float, list[list[int]]]:
-    seqs = [Sequence(f"r{i}", p, params, seed=params.seed) for i, p in enumerate(prompts)]
-    start = time.perf_counter()
-    Engine(model, max_batch=len(prompts), max_len=1024, eos_token_ids=eos).run(seqs)
-    return time.perf_counter() - start, [s.output_ids for s in seqs]
-
-
-async def speculative(mode, drafter, prompts, params, k, window) -> tuple[float, list[list[int]], dict]:
-    config = EngineConfig(mode=mode, drafters=[drafter], k=k, window=window, max_batch=len(prompts), max_len=1024,
-                          transport="ipc", processes=True)
+async def run_once(config: EngineConfig, prompts: list[list[int]], params: SamplingParams
+                   ) -> tuple[float, list[list[int]], dict]:
     async with RolloutEngine(config) as engine:
-        # one warm-up request so that lazy initialisation is not timed
+        # one short request first so that lazy initialisation is not timed
         await engine.generate([prompts[0]], SamplingParams(temperature=0, max_tokens=2), request_ids=["warm"])
         start = time.perf_counter()
-        results = await engine.generate(prompts, [params] * len(prompts),
-                                        request_ids=[f"r{i}" for i in range(len(prompts))])
+        results = await engine.generate(prompts, params, request_ids=[f"p{i}" for i in range(len(prompts))])
         elapsed = time.perf_counter() - start
         stats = await engine.stats()
-    return elapsed, [r.token_ids for r in results], stats.get("verifier", {})
+    per_method: dict[str, list[int]] = {}
+    for r in results:
+        for method, counts in r.stats.per_method.items():
+            acc = per_method.setdefault(method, [0, 0, 0])
+            acc[0] += counts["drafted"]
+            acc[1] += counts["accepted"]
+            acc[2] += counts["steps"]
+    stats["per_method"] = per_method
+    stats["verify_steps"] = sum(r.stats.verify_steps for r in results)
+    return elapsed, [r.token_ids for r in results], stats
+
+
+def configs(drafters: list[str], args: argparse.Namespace, batch: int) -> dict[str, EngineConfig]:
+    common = dict(k=args.k, window=args.window, max_batch=batch, max_len=1024, transport="ipc", processes=True,
+                  verifier_threads=args.verifier_threads)
+    out = {"autoregressive": EngineConfig(mode="autoregressive", **common)}
+    for d in drafters:
+        out[f"coupled {d}"] = EngineConfig(mode="coupled", drafters=[d], **common)
+        out[f"decoupled {d}"] = EngineConfig(mode="specactor", drafters=[d], policy=False, **common)
+    out["specactor"] = EngineConfig(mode="specactor", drafters=drafters, policy=True, **common)
+    return out
 
 
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--drafters", default="ngram,suffix")
+    parser.add_argument("--drafters", default="ngram,suffix,model")
     parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--tokens", type=int, default=96)
-    parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--verifier-threads", type=int, default=None)
+    parser.add_argument("--events", default=None, help="write every run's events here (JSON lines)")
+    parser.add_argument("--only", default="", help="comma-separated config names to run (default all)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "speculation.json"))
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
-    folder = resolve_model(None)
-    model = load_causal_lm(folder)
-    tok = Tokenizer(folder)
-    eos = set(model.cfg.eos_token_ids) | {tok.eos_token_id}
-    all_prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}])
-                   for p in humaneval_prompts(max(int(b) for b in args.batches.split(",")))]
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.tokens, seed=17)
+    drafters = args.drafters.split(",")
+    if args.events:
+        configure_events(args.events, console_level=None)
+    tok = Tokenizer(resolve_model(None))
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        prompts = all_prompts[:batch]
-        ar_times, ref = [], None
-        for _ in range(args.repeats):
-            t, ref = autoregressive(model, eos, prompts, params)
-            ar_times.append(t)
-        ar = statistics.median(ar_times)
-        tokens = sum(map(len, ref))
-        for drafter in args.drafters.split(","):
-            entry = {"batch": batch, "drafter": drafter, "ar_s": ar, "tokens": tokens}
-            for mode in ("coupled", "specactor"):
-                times, differing, stats = [], 0, {}
-                for _ in range(args.repeats):
-                    t, out, stats = asyncio.run(speculative(mode, drafter, prompts, params, args.k, args.window))
-                    times.append(t)
-                    differing = max(differing, sum(a != b for a, b in zip(out, ref)))
-                entry[f"{mode}_s"] = statistics.median(times)
-                entry[f"{mode}_speedup"] = ar / entry[f"{mode}_s"]
-                entry[f"{mode}_differing_samples"] = differing
-                entry[f"{mode}_accepted_per_step"] = stats.get("accepted", 0) / max(stats.get("steps", 1), 1)
-            entry["decoupled_over_coupled"] = entry["coupled_s"] / entry["specactor_s"]
-            rows.append(entry)
-            print(f"B={batch:2d} {drafter:6s} AR {ar:6.1f}s  coupled {entry['coupled_s']:6.1f}s "
-                  f"({entry['coupled_speedup']:.2f}x)  decoupled {entry['specactor_s']:6.1f}s "
-                  f"({entry['specactor_speedup']:.2f}x)  dec/coup {entry['decoupled_over_coupled']:.2f}x  "
-                  f"differing {entry['coupled_differing_samples']}/{entry['specactor_differing_samples']}",
-                  flush=True)
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        for batch in (int(b) for b in args.batches.split(",")):
+            n = min(args.n, batch)
+            prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}])
+                       for p in humaneval_prompts(-(-batch // n))]
+            params = SamplingParams(temperature=temperature, max_tokens=args.tokens, seed=17, n=n)
+            todo = configs(drafters, args, len(prompts) * n)
+            if args.only:
+                todo = {k: v for k, v in todo.items() if k in args.only.split(",") or k == "autoregressive"}
+            times: dict[str, list[float]] = {name: [] for name in todo}
+            outputs: dict[str, list[list[int]]] = {}
+            stats: dict[str, dict] = {}
+            differing = {name: 0 for name in todo}
+            for _ in range(args.repeats):
+                for name, config in todo.items():
+                    t, out, st = asyncio.run(run_once(config, prompts, params))
+                    times[name].append(t)
+                    stats[name] = st
+                    if name == "autoregressive":
+                        outputs.setdefault(name, out)
+                    differing[name] = max(differing[name], sum(a != b for a, b in zip(out, outputs[
+                        "autoregressive"])))
+                    print(f"T={temperature} B={len(prompts) * n} {name:18s} {t:6.2f}s", flush=True)
+            ar = statistics.median(times["autoregressive"])
+            tokens = sum(map(len, outputs["autoregressive"]))
+            for name in todo:
+                st = stats[name]
+                median = statistics.median(times[name])
+                verifier = st.get("verifier", {})
+                rows.append({
+                    "temperature": temperature, "batch": len(prompts) * n, "config": name, "median_s": median,
+                    "times_s": times[name], "speedup": ar / median, "tokens": tokens,
+                    "tokens_per_s": tokens / median, "differing_samples": differing[name],
+                    # per request and verify step (tokens committed per step = this + 1)
+                    "accepted_per_step": verifier.get("accepted", 0) / max(st["verify_steps"], 1),
+                    "per_method": st["per_method"], "policy": st.get("policy", {}),
+                })
+    print()
+    print("| T | batch | config | median time | speedup vs AR | tokens/s | accepted/step | differing |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['temperature']:g} | {r['batch']} | {r['config']} | {r['median_s']:.2f} s | "
+              f"{r['speedup']:.2f}x | {r['tokens_per_s']:.1f} | {r['accepted_per_step']:.2f} | "
+              f"{r['differing_samples']} |")
     result = {"date": time.strftime("%Y-%m-%d"), "args": vars(args), "rows": rows,
               "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}"}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,32 @@ def _events_catalogue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _events_summarize(args: argparse.Namespace) -> int:
+    from specactor.event_log import format_summary, read_events, summarize
+
+    try:
+        print(format_summary(summarize(read_events(args.events_file))))
+    except (OSError, ValueError) as exc:
+        print(f"specactor events summarize: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _events_plot(args: argparse.Namespace) -> int:
+    from specactor.event_log import plot, read_events
+
+    try:
+        out = plot(read_events(args.events_file), args.out)
+    except ImportError:
+        print("specactor events plot needs matplotlib: pip install 'specactor[plot]'", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"specactor events plot: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
 def _rollout(args: argparse.Namespace) -> int:
     from specactor.prompts import PromptFileError
     from specactor.rollout import RolloutOptions, run_rollout
@@ -24,6 +50,7 @@ def _rollout(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         n=args.n, seed=args.seed, events=args.events, max_batch=args.max_batch, threads=args.threads,
         chat=not args.no_chat, progress=False if args.no_progress else None, k=args.k, window=args.window,
+        policy=not args.no_policy, racing=not args.no_racing,
     )
     try:
         run_rollout(opts)
@@ -70,7 +97,8 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.add_argument("--model", default=None,
                          help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
     rollout.add_argument("--mode", default="autoregressive", choices=["autoregressive", "coupled", "specactor"],
-                         help="autoregressive baseline, coupled speculation, or decoupled SpecActor")
+                         help="autoregressive baseline, coupled speculation, or SpecActor "
+                              "(decoupled, steered by the Fastest-of-N policy)")
     rollout.add_argument("--drafters", default="ngram,suffix,model",
                          help="drafting methods for the speculative modes (coupled uses the first)")
     rollout.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
@@ -85,6 +113,10 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.add_argument("--events", default=None, help="write structured events (JSON lines) here")
     rollout.add_argument("--max-batch", type=_positive_int, default=32, help="requests decoded together")
     rollout.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: all cores)")
+    rollout.add_argument("--no-policy", action="store_true",
+                         help="specactor mode without the Fastest-of-N policy: every drafter on every request")
+    rollout.add_argument("--no-racing", action="store_true",
+                         help="the policy never races a second method on tail requests")
     rollout.add_argument("--no-chat", action="store_true", help="do not wrap text prompts in the chat template")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bar")
     rollout.set_defaults(func=_rollout)
@@ -105,6 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
     events_commands = events.add_subparsers(dest="events_command", metavar="ACTION", required=True)
     catalogue = events_commands.add_parser("catalogue", help="print every event name and its fields (markdown)")
     catalogue.set_defaults(func=_events_catalogue)
+    summarize = events_commands.add_parser(
+        "summarize", help="per method: drafts, acceptance, accepted length, share of tokens; per actor: busy and "
+                          "idle time; the tail; the policy's decisions")
+    summarize.add_argument("events_file", metavar="EVENTS.jsonl")
+    summarize.set_defaults(func=_events_summarize)
+    plot = events_commands.add_parser(
+        "plot", help="batch size and tokens/s over time, acceptance per method, per-request lanes by drafter")
+    plot.add_argument("events_file", metavar="EVENTS.jsonl")
+    plot.add_argument("--out", required=True, metavar="FIG.png", help="where to write the figure")
+    plot.set_defaults(func=_events_plot)
     return parser
 
 

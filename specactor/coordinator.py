@@ -4,11 +4,12 @@
         results = await engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, n=4))
 
 The Coordinator fans ``n`` samples out into separate requests (seeds derived
-from the request's seed and the sample index), tells the drafters to track
-them and the verifier which drafters do, sends the requests to the verifier and
-gathers the results. Until the policy lands, assignment is static: coupled mode
-uses the first drafter, specactor mode all of them (the verifier takes the
-longest usable draft each step).
+from the request's seed and the sample index), sends them to the verifier and
+gathers the results. Who drafts for a request: in ``coupled`` mode the first
+drafter, fixed; in ``specactor`` mode the PolicyActor (Fastest-of-N), which
+assigns and reassigns methods, windows and modes as verdicts come in; with
+``policy=False`` every drafter, the verifier taking the longest usable draft.
+The verifier tells the drafters to Track and Untrack requests.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, AsyncIterator, Sequence as Seq
 from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem, class_path
 from specactor.drafters.registry import METHODS
+from specactor.memory import release_freed_memory
 from specactor.verifier.engine import derive_seed
 
 MODES = ("autoregressive", "coupled", "specactor")
@@ -40,6 +42,9 @@ class EngineConfig:
     verifier_threads: int | None = None
     drafter_threads: int = 1
     events_path: str | None = None
+    policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
+    racing: bool = True  # the policy may race extra methods for tail requests
+    profile: str | None = None  # cost profile for the policy (default: the packaged one)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -75,14 +80,13 @@ class Coordinator(Actor):
             raise ValueError(f"request id {request_id!r} is already in flight")
         future: asyncio.Future[p.RequestResult] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
-        drafters = [f"draft-{m}" for m in self.config.active_drafters]
-        mode = p.DraftMode.COUPLED if self.config.mode == "coupled" else p.DraftMode.DECOUPLED
-        await self.send("verifier", p.Assignment(request_id=request_id, methods=drafters, window=self.config.window,
-                                                 mode=mode, reason="static"))
-        for drafter in drafters:
-            await self.send(drafter, p.Track(request_id=request_id, context_ids=prompt_ids,
-                                             prompt_len=len(prompt_ids), window=self.config.window, mode=mode,
-                                             seed=params.seed or 0, temperature=params.temperature))
+        cfg = self.config
+        if cfg.mode == "coupled":
+            await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters[:1],
+                                                     window=cfg.k, mode=p.DraftMode.COUPLED, reason="static"))
+        elif cfg.mode == "specactor" and not cfg.policy:
+            await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
+                                                     window=cfg.window, mode=p.DraftMode.DECOUPLED, reason="static"))
         await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids, params=params,
                                                       reply_to=self.name))
         return future
@@ -123,21 +127,32 @@ class RolloutEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop every actor and give the memory of in-process models back."""
         await self.system.shutdown()
+        release_freed_memory()
 
     async def start(self) -> None:
         cfg = self.config
         await self.system.start()
         await self.system.spawn(self.coordinator)
+        use_policy = cfg.mode == "specactor" and cfg.policy
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
-                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_threads}
+                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_threads,
+                           "policy": "policy" if use_policy else None}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
-            kwargs = {"method": method, "mode": "coupled" if cfg.mode == "coupled" else "decoupled", "k": cfg.k,
-                      "window": cfg.window, "model": cfg.model, "threads": cfg.drafter_threads}
+            kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
+                      "threads": cfg.drafter_threads}
             # cheap drafters share this process; a model drafter gets its own
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs,
                               cfg.processes and method == "model")
+        if use_policy:  # light: shares this process
+            await self._spawn("policy", "specactor.policy.actor:PolicyActor",
+                              {"methods": cfg.active_drafters, "max_window": cfg.window, "profile": cfg.profile,
+                               "racing": cfg.racing}, False)
 
     async def _spawn(self, name: str, cls: str, kwargs: dict[str, Any], process: bool) -> None:
         if process:
@@ -191,7 +206,7 @@ class RolloutEngine:
 
     async def stats(self, timeout_s: float = 5.0) -> dict[str, dict[str, float]]:
         """Live counters of the verifier and each live drafter (dead ones are skipped)."""
-        names = [n for n in ["verifier"] + [f"draft-{m}" for m in self.config.active_drafters]
+        names = [n for n in ["verifier", *(f"draft-{m}" for m in self.config.active_drafters), "policy"]
                  if n in self.system.live()]
         for name in names:
             await self.system.send(name, p.StatsRequest())

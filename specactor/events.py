@@ -50,14 +50,23 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("step", "batch_size", "prefill_tokens", "new_tokens", "forward_ms", "sample_ms"),
     ),
     "verify.step": (
-        "One verification step of the VerifyActor.",
+        "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
-         "waited_ms"),
+         "waited_ms", "methods"),
     ),
     "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
     "draft.failed": ("A drafter raised; its requests go on without its drafts.", ("method", "error")),
+    "policy.assign": (
+        "The policy changed a request's drafting: methods (several = racing; none = speculation off), window, "
+        "mode, and why.",
+        ("request_id", "step", "methods", "window", "mode", "reason"),
+    ),
+    "policy.default": ("The policy's choice for requests yet to arrive.", ("methods", "window", "reason")),
     "coordinator.error_reply": ("An actor answered the coordinator with an error.", ("sender", "code", "error", "ref")),
-    "request.finished": ("A request produced its result.", ("request_id", "tokens", "finish_reason", "latency_s")),
+    "request.finished": (
+        "A request produced its result (verify steps, drafted and accepted tokens: speculative modes).",
+        ("request_id", "tokens", "finish_reason", "latency_s", "steps", "drafted", "accepted"),
+    ),
     "rollout.summary": (
         "End of a rollout.",
         ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "kv_cache_mb"),

@@ -235,6 +235,8 @@ class Verdict(_Msg, tag=24):
 
     ``start`` is the committed length before this step, ``tokens`` the tokens
     committed in this step (accepted draft prefix plus the verifier's own).
+    When several methods raced, ``method`` is the winner and ``scores`` holds
+    ``[drafted, accepted]`` for each of them.
     """
 
     request_id: str
@@ -244,6 +246,7 @@ class Verdict(_Msg, tag=24):
     drafted: int
     method: str = ""
     finished: bool = False
+    scores: dict[str, list[int]] = {}
 
 
 class VerdictBatch(_Msg, tag=25):
@@ -270,13 +273,24 @@ class Untrack(_Msg, tag=27):
 
 
 class Assignment(_Msg, tag=28):
-    """The policy's choice for one request."""
+    """The policy's choice for one request (``"*"``: for requests yet to come).
+
+    ``methods`` are drafting method names (empty: no speculation); with
+    ``race`` every method's draft is verified in the same forward.
+    """
 
     request_id: str
     methods: list[str]
     window: int
     mode: DraftMode
     reason: str = ""
+    race: bool = False
+
+
+class AssignmentBatch(_Msg, tag=30):
+    """Every assignment the policy changed after one verify step (one message per step)."""
+
+    assignments: list[Assignment]
 
 
 class RequestStats(msgspec.Struct, kw_only=True):
@@ -322,6 +336,7 @@ Message = Union[
     Untrack,
     Assignment,
     RequestResult,
+    AssignmentBatch,
 ]
 
 MESSAGE_TYPES: tuple[type[_Msg], ...] = Message.__args__  # type: ignore[attr-defined]

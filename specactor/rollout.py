@@ -47,6 +47,8 @@ class RolloutOptions:
     progress: bool | None = None
     k: int = 4
     window: int = 8
+    policy: bool = True  # specactor mode: the Fastest-of-N policy
+    racing: bool = True
 
 
 def build_sequences(prompts: list[Prompt], opts: RolloutOptions, tokenizer: Any) -> list[tuple[Prompt, int, Sequence]]:
@@ -203,7 +205,8 @@ async def _run_actors(opts: RolloutOptions, drafters: list[str], jobs: list, max
     from specactor.coordinator import EngineConfig, RolloutEngine
 
     config = EngineConfig(model=opts.model, mode=opts.mode, drafters=drafters, k=opts.k, window=opts.window,
-                          max_batch=max_batch, max_len=max_len, transport="ipc", processes=True)
+                          max_batch=max_batch, max_len=max_len, transport="ipc", processes=True,
+                          policy=opts.policy, racing=opts.racing)
     by_id = {seq.request_id: seq for _, _, seq in jobs}
     tokens = 0
     begin = time.perf_counter()

@@ -82,3 +82,12 @@ def tiny_pair(request):
     """(transformers model, our model) with the same random weights."""
     hf = tiny_hf_model(request.param)
     return hf, ours_from_hf(hf)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _return_memory_after_each_module() -> Iterator[None]:
+    """Modules build many models; give their memory back so the run stays small."""
+    yield
+    from specactor.memory import release_freed_memory
+
+    release_freed_memory()

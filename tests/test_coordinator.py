@@ -125,3 +125,43 @@ async def test_sigkilled_model_drafter_only_slows_things_down(default_model, ses
         results = await asyncio.wait_for(task, 600)
         assert "draft-model" in engine.system.down
     assert [r.token_ids for r in results] == [refs[1.0][r.request_id] for r in results]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["specactor", "coupled"])
+async def test_model_drafter_is_token_identical(default_model, session_cache, monkeypatch, reference, mode) -> None:
+    """The shared-noise model drafter at temperature 1, in both modes (8 prompts x 2 samples x 128 tokens)."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, ids, refs = reference
+    params = SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(mode=mode, drafters=["model"], transport="inproc", processes=False, max_batch=16,
+                          max_len=1024)
+    async with RolloutEngine(config) as engine:
+        results = await engine.generate(prompts[:8], params, request_ids=ids[:8])
+        stats = await engine.stats()
+    diverged = [r.request_id for r in results if r.token_ids != refs[1.0][r.request_id]]
+    assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
+    # shared-noise drafting: most drafted tokens are accepted even at temperature 1
+    assert stats["verifier"]["accepted"] > 0.5 * stats["verifier"]["drafted"], stats["verifier"]
+
+
+@pytest.mark.slow
+async def test_policy_over_every_drafter_is_token_identical_and_steers(default_model, session_cache, monkeypatch,
+                                                                       reference, events_file) -> None:
+    """Fastest-of-N over ngram, suffix and the model drafter: the autoregressive
+    tokens, and assignment events that say why."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, ids, refs = reference
+    params = SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(mode="specactor", drafters=["ngram", "suffix", "model"], transport="inproc",
+                          processes=False, max_batch=16, max_len=1024)
+    async with RolloutEngine(config) as engine:
+        results = await engine.generate(prompts[8:16], params, request_ids=ids[8:16])
+        stats = await engine.stats()
+    diverged = [r.request_id for r in results if r.token_ids != refs[1.0][r.request_id]]
+    assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
+    assert stats["policy"]["assignments"] >= len(results)
+    assigned = [e for e in events_file() if e["event"] == "policy.assign"]
+    assert assigned and all(e["reason"] for e in assigned)
+    used = {m for r in results for m in r.stats.per_method}
+    assert used, "no drafter was ever used"

@@ -31,7 +31,8 @@ EXAMPLES: dict[type, p._Msg] = {
     p.AbortRequest: p.AbortRequest(request_id="r1"),
     p.Draft: p.Draft(request_id="r1", method="ngram", start=4, tokens=[9, 8, 7], draft_ns=1200),
     p.DraftBatch: p.DraftBatch(drafter="ngram", drafts=[p.Draft(request_id="r1", method="ngram", start=0, tokens=[1])]),
-    p.Verdict: p.Verdict(request_id="r1", start=4, tokens=[9, 8, 5], accepted=2, drafted=3, method="ngram"),
+    p.Verdict: p.Verdict(request_id="r1", start=4, tokens=[9, 8, 5], accepted=2, drafted=3, method="ngram",
+                         scores={"ngram": [3, 2], "suffix": [2, 1]}),
     p.VerdictBatch: p.VerdictBatch(step=7, verdicts=[p.Verdict(request_id="r1", start=0, tokens=[1], accepted=0, drafted=0)],
                                    step_ns=999, batch_size=1),
     p.Track: p.Track(request_id="r1", context_ids=[1, 2], prompt_len=2, window=8, mode=p.DraftMode.COUPLED,
@@ -39,6 +40,8 @@ EXAMPLES: dict[type, p._Msg] = {
     p.Untrack: p.Untrack(request_id="r1"),
     p.Assignment: p.Assignment(request_id="r1", methods=["ngram", "model"], window=6, mode=p.DraftMode.DECOUPLED,
                                reason="tail racing"),
+    p.AssignmentBatch: p.AssignmentBatch(assignments=[p.Assignment(request_id="r2", methods=[], window=0,
+                                                                   mode=p.DraftMode.COUPLED, reason="off")]),
     p.RequestResult: p.RequestResult(
         request_id="r1", prompt_ids=[1], token_ids=[5, 6], logprobs=[-0.5, -1.25],
         finish_reason=p.FinishReason.LENGTH,

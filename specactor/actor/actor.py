@@ -85,6 +85,11 @@ class Actor:
     async def on_peer_down(self, name: str, reason: str) -> None:
         """Called when the supervisor reports that ``name`` crashed or hung."""
 
+    def on_closed(self) -> None:
+        """Called once the mailbox is closed and no message can arrive any more:
+        drop heavy state (models, KV caches) so that an actor object that
+        outlives its run does not pin memory."""
+
     # ------------------------------------------------------------------ API
 
     @property
@@ -158,6 +163,7 @@ class Actor:
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
             self._mailbox.close()
+            self.on_closed()
             self.log.info("actor.stopped", handled=self.handled,
                           reason=self._stop_requested.reason if self._stop_requested else "cancelled")
 

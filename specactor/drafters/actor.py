@@ -1,10 +1,11 @@
 """DraftActor: one drafting method serving many requests.
 
-Decoupled mode: drafts ahead of the last verdict without waiting, up to a
-per-request window, streaming one DraftBatch per drafting round; a verdict
-that contradicts the lookahead discards it (rollback) and drafting goes on
-from the committed tokens. Coupled mode: drafts ``k`` tokens, then waits for
-the verdict on them (the classic draft-then-verify barrier).
+The mode is per request (``Track.mode``; the policy may change it).
+Decoupled: drafts ahead of the last verdict without waiting, up to the
+request's window, streaming one DraftBatch per drafting round; a verdict that
+contradicts the lookahead discards it (rollback) and drafting goes on from the
+committed tokens. Coupled: drafts up to ``window`` tokens, then waits for the
+verdict on them (the classic draft-then-verify barrier).
 
 Proposals of compute-heavy drafters (a model) run on the actor's worker
 thread; verdicts that arrive meanwhile are queued and applied afterwards, so
@@ -29,7 +30,6 @@ class DraftActor(Actor):
         name: str,
         method: str,
         verifier: str = "verifier",
-        mode: str = "decoupled",
         k: int = 4,
         window: int = 8,
         model: str | None = None,
@@ -38,11 +38,10 @@ class DraftActor(Actor):
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
-        if mode not in ("coupled", "decoupled"):
-            raise ValueError(f"mode must be coupled or decoupled, got {mode!r}")
         if k < 1 or window < k:
             raise ValueError(f"need 1 <= k <= window (got k={k}, window={window})")
-        self.method, self.verifier, self.mode, self.k, self.window = method, verifier, mode, k, window
+        self.method, self.verifier, self.k, self.window = method, verifier, k, window
+        self.coupled: set[str] = set()  # requests drafted in coupled mode
         self.model_name = model
         self.threads = threads
         self.drafter_options = drafter_options or {}
@@ -55,7 +54,7 @@ class DraftActor(Actor):
         self._busy = False
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
-        self.stats = {"drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
+        self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
 
     async def on_start(self) -> None:
         if self.threads:
@@ -67,7 +66,12 @@ class DraftActor(Actor):
 
     async def on_stop(self) -> None:
         if self._loop_task is not None:
-            self._loop_task.cancel()
+            self._loop_task.cancel()  # and let it unwind, so its frame stops pinning the model
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None  # its CancelledError's traceback holds the loop's frame
+
+    def on_closed(self) -> None:
+        self.drafter = None
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, (p.Track, p.VerdictBatch, p.Untrack)):
@@ -99,6 +103,8 @@ class DraftActor(Actor):
         self.drafter.start(state)
         self.states[msg.request_id] = state
         self.windows[msg.request_id] = max(1, min(msg.window or self.window, self.window))
+        if msg.mode == p.DraftMode.COUPLED:
+            self.coupled.add(msg.request_id)
         self._need_draft.add(msg.request_id)
 
     def _untrack(self, request_id: str) -> None:
@@ -106,6 +112,7 @@ class DraftActor(Actor):
         if state is not None and self.drafter is not None:
             self.drafter.finish(state)
         self.windows.pop(request_id, None)
+        self.coupled.discard(request_id)
         self._need_draft.discard(request_id)
         self._stalled.pop(request_id, None)
 
@@ -124,11 +131,11 @@ class DraftActor(Actor):
                 self._untrack(verdict.request_id)
 
     def _ready(self) -> list[DraftState]:
-        if self.mode == "coupled":
-            return [self.states[r] for r in self._need_draft if r in self.states]
+        """Coupled requests that await their next draft; decoupled ones with room to run ahead."""
         return [
             s for r, s in self.states.items()
-            if len(s.lookahead) < self.windows[r] and self._stalled.get(r) != len(s.committed)
+            if (r in self._need_draft if r in self.coupled
+                else len(s.lookahead) < self.windows[r] and self._stalled.get(r) != len(s.committed))
         ]
 
     async def _drafting_loop(self) -> None:
@@ -139,7 +146,7 @@ class DraftActor(Actor):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            k = self.k
+            k = min(self.k, max(self.windows[s.request_id] for s in ready))
             self._busy = True
             t0 = time.perf_counter()
             try:
@@ -152,7 +159,7 @@ class DraftActor(Actor):
             elapsed = time.perf_counter() - t0
             drafts = []
             for state, tokens in zip(ready, proposals):
-                room = self.windows[state.request_id] - len(state.lookahead) if self.mode == "decoupled" else k
+                room = self.windows[state.request_id] - len(state.lookahead)
                 tokens = list(tokens[:room])
                 start = len(state.committed) + len(state.lookahead)
                 state.lookahead.extend(tokens)
@@ -161,6 +168,7 @@ class DraftActor(Actor):
                     self._stalled[state.request_id] = len(state.committed)
                 drafts.append(p.Draft(request_id=state.request_id, method=self.method, start=start, tokens=tokens,
                                       draft_ns=int(elapsed * 1e9)))
+            self.stats["rounds"] += 1
             self.stats["drafts"] += len(drafts)
             self.stats["tokens"] += sum(len(d.tokens) for d in drafts)
             self.stats["draft_s"] += elapsed

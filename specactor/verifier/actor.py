@@ -4,9 +4,16 @@ Its step loop takes the freshest usable draft of each running request, verifies
 all of them in one batched forward (on the actor's worker thread, so drafts and
 requests keep arriving meanwhile), commits, sends one VerdictBatch per drafter
 and a RequestResult per finished request. In decoupled mode it never waits for
-a drafter. In coupled mode it waits until every running request has its draft
-(the barrier the paper removes), at most ``barrier_timeout_s``, and never for a
-drafter that is down.
+a drafter. Requests assigned in coupled mode make it wait until each of them
+has its draft (the barrier the paper removes), at most ``barrier_timeout_s``,
+and never for a drafter that is down.
+
+Assignments (from the coordinator, or the PolicyActor as it learns) say which
+methods draft for a request, with which window, coupled or decoupled, racing
+or not. The verifier owns the committed tokens, so it is the one that tells a
+newly assigned drafter to Track the request from its current context, and a
+dropped one to Untrack it. ``request_id="*"`` sets the assignment of requests
+that arrive later (the policy's cold-start choice).
 
 Everything the forward touches (the engine) is changed only between steps, on
 the event loop: requests, aborts and drafts are queued while a step runs.
@@ -35,6 +42,7 @@ class VerifyActor(Actor):
         max_len: int = 1024,
         threads: int | None = None,
         barrier_timeout_s: float = 2.0,
+        policy: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -46,6 +54,9 @@ class VerifyActor(Actor):
         self.verifier: Verifier | None = None
         self.reply_to: dict[str, str] = {}
         self.drafters: dict[str, list[str]] = {}  # request id -> drafter actors tracking it
+        self.assignments: dict[str, p.Assignment] = {}  # request id ("*": default) -> its assignment
+        self.coupled: set[str] = set()  # requests whose drafts the step waits for
+        self.policy = policy  # actor that gets every VerdictBatch, if any
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -76,7 +87,12 @@ class VerifyActor(Actor):
 
     async def on_stop(self) -> None:
         if self._loop_task is not None:
-            self._loop_task.cancel()
+            self._loop_task.cancel()  # and let it unwind, so its frame stops pinning the model
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None  # its CancelledError's traceback holds the loop's frame
+
+    def on_closed(self) -> None:
+        self.verifier = None
 
     async def on_peer_down(self, name: str, reason: str) -> None:
         # Requests keep going without that drafter: drop it from the barrier.
@@ -90,7 +106,7 @@ class VerifyActor(Actor):
             assert self.verifier is not None
             for d in msg.drafts:
                 self.verifier.add_draft(d.request_id, d.method, d.start, d.tokens)
-        elif isinstance(msg, (p.GenerateRequest, p.AbortRequest, p.Assignment)):
+        elif isinstance(msg, (p.GenerateRequest, p.AbortRequest, p.Assignment, p.AssignmentBatch)):
             self._inbox.append((sender, msg))
         elif isinstance(msg, p.StatsRequest):
             await self.send(sender, p.StatsReply(name=self.name, values=dict(self.stats)))
@@ -104,9 +120,10 @@ class VerifyActor(Actor):
         inbox, self._inbox = self._inbox, []
         for sender, msg in inbox:
             if isinstance(msg, p.Assignment):
-                self.drafters[msg.request_id] = list(msg.methods)
-                if msg.request_id in self.verifier.windows:
-                    self.verifier.windows[msg.request_id] = msg.window
+                await self._assign(msg)
+            elif isinstance(msg, p.AssignmentBatch):
+                for one in msg.assignments:
+                    await self._assign(one)
             elif isinstance(msg, p.GenerateRequest):
                 await self._admit(sender, msg)
             elif isinstance(msg, p.AbortRequest):
@@ -122,18 +139,60 @@ class VerifyActor(Actor):
         try:
             self.verifier.add(seq, window=self.window if self.mode != "off" else 0)
         except ValueError as exc:
+            self.assignments.pop(msg.request_id, None)
             await self.send(reply_to, p.RequestResult(
                 request_id=msg.request_id, prompt_ids=list(msg.prompt_ids), token_ids=[], logprobs=[],
                 finish_reason=p.FinishReason.ERROR, error=str(exc)))
             return
         self.reply_to[msg.request_id] = reply_to
+        assignment = self.assignments.get(msg.request_id) or self.assignments.get("*")
+        if assignment is not None and self.mode != "off":
+            await self._realize(msg.request_id, assignment)
+
+    async def _assign(self, msg: p.Assignment) -> None:
+        """Record an assignment; apply it now if the request is running."""
+        assert self.verifier is not None
+        self.assignments[msg.request_id] = msg
+        if msg.request_id in self.verifier.sequences and self.mode != "off":
+            await self._realize(msg.request_id, msg)
+
+    async def _realize(self, request_id: str, msg: p.Assignment) -> None:
+        """Make the drafters of ``request_id`` those of ``msg``: Track the new ones
+        from the committed context, Untrack the dropped ones."""
+        assert self.verifier is not None
+        seq = self.verifier.sequences[request_id]
+        mode = msg.mode
+        wanted = [f"draft-{m}" for m in msg.methods if f"draft-{m}" in self.directory]
+        old = self.drafters.get(request_id, [])
+        old_mode = p.DraftMode.COUPLED if request_id in self.coupled else p.DraftMode.DECOUPLED
+        # A decoupled drafter must run further ahead than one step verifies, or its
+        # drafts are overtaken by the verifier's own token: give it the full lookahead.
+        lookahead = max(msg.window, 1) if mode == p.DraftMode.COUPLED else max(self.window, msg.window, 1)
+        for drafter in old:
+            if drafter not in wanted or mode != old_mode:
+                await self.send(drafter, p.Untrack(request_id=request_id))
+        for drafter in wanted:
+            if drafter not in old or mode != old_mode:
+                await self.send(drafter, p.Track(
+                    request_id=request_id, context_ids=seq.prompt_ids + seq.output_ids,
+                    prompt_len=len(seq.prompt_ids), window=lookahead, mode=mode, seed=seq.seed,
+                    temperature=seq.params.temperature))
+        self.drafters[request_id] = wanted
+        if mode == p.DraftMode.COUPLED and wanted:
+            self.coupled.add(request_id)
+        else:
+            self.coupled.discard(request_id)
+        methods = [d.removeprefix("draft-") for d in wanted]
+        self.verifier.assign(request_id, methods, msg.window, race=msg.race)
+        if request_id in self.assignments and request_id != "*":
+            self.assignments[request_id] = msg
 
     async def _barrier(self) -> None:
         """Coupled mode: wait for every running request's draft (bounded)."""
         assert self.verifier is not None
         deadline = time.perf_counter() + self.barrier_timeout_s
         while True:
-            waiting = [r for r in self.verifier.awaiting_drafts() if self.drafters.get(r)]
+            waiting = [r for r in self.verifier.awaiting_drafts() if r in self.coupled and self.drafters.get(r)]
             if not waiting or time.perf_counter() >= deadline:
                 return
             self._wake.clear()
@@ -153,7 +212,7 @@ class VerifyActor(Actor):
                     await self._wake.wait()
                 continue
             t_wait = time.perf_counter()
-            if self.mode == "coupled":
+            if self.coupled:
                 await self._barrier()
             waited = time.perf_counter() - t_wait
             drafts = verifier.collect_drafts()
@@ -170,7 +229,8 @@ class VerifyActor(Actor):
             self.log.info("verify.step", step=int(self.stats["steps"]), batch_size=report.batch_size,
                           prefill_tokens=report.prefill_tokens, drafted=report.drafted, accepted=report.accepted,
                           new_tokens=report.new_tokens, forward_ms=round(report.forward_s * 1000, 2),
-                          step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2))
+                          step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2),
+                          methods=_per_method(report.verdicts))
             await self._broadcast(report)
 
     async def _broadcast(self, report: Any) -> None:
@@ -178,15 +238,25 @@ class VerifyActor(Actor):
         for verdict in report.verdicts:
             for drafter in self.drafters.get(verdict.request_id, []):
                 per_drafter.setdefault(drafter, []).append(verdict)
+        step, step_ns = int(self.stats["steps"]), int(report.forward_s * 1e9)
         for drafter, verdicts in per_drafter.items():
-            await self.send(drafter, p.VerdictBatch(step=int(self.stats["steps"]), verdicts=verdicts,
-                                                    step_ns=int(report.forward_s * 1e9), batch_size=report.batch_size))
+            await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
+                                                    batch_size=report.batch_size))
+        if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
+            await self.send(self.policy, p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
+                                                        batch_size=report.batch_size))
         for seq in report.finished:
             await self._result(seq)
 
     async def _result(self, seq: Sequence, error: str = "") -> None:
         reply_to = self.reply_to.pop(seq.request_id, None)
         drafters = self.drafters.pop(seq.request_id, [])
+        self.assignments.pop(seq.request_id, None)
+        self.coupled.discard(seq.request_id)
+        self.log.info("request.finished", request_id=seq.request_id, tokens=len(seq.output_ids),
+                      finish_reason=str(seq.finish_reason or p.FinishReason.ERROR),
+                      latency_s=round(time.perf_counter() - seq.arrival_s, 4), steps=seq.steps,
+                      drafted=seq.drafted, accepted=seq.accepted)
         if seq.finish_reason == p.FinishReason.ABORT:
             for drafter in drafters:  # no final verdict will tell them
                 await self.send(drafter, p.Untrack(request_id=seq.request_id))
@@ -198,3 +268,16 @@ class VerifyActor(Actor):
             stats=p.RequestStats(drafted=seq.drafted, accepted=seq.accepted, verify_steps=seq.steps,
                                  per_method=seq.per_method),
             error=error))
+
+
+def _per_method(verdicts: list[p.Verdict]) -> dict[str, list[int]]:
+    """method -> [drafted, accepted, drafts] over one step (racing drafts counted per method)."""
+    out: dict[str, list[int]] = {}
+    for v in verdicts:
+        scores = v.scores or ({v.method: [v.drafted, v.accepted]} if v.method else {})
+        for method, (drafted, accepted) in scores.items():
+            counts = out.setdefault(method, [0, 0, 0])
+            counts[0] += drafted
+            counts[1] += accepted
+            counts[2] += 1
+    return out

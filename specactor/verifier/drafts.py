@@ -37,14 +37,16 @@ class DraftBook:
                 by_method[method] = StoredDraft(method, start, list(tokens))
         # else: an older, non-contiguous chunk arrived late: ignore it
 
-    def usable(self, request_id: str, committed: list[int], window: int) -> tuple[str, list[int]]:
-        """The longest usable draft (method, tokens) trimmed to ``window`` tokens."""
+    def candidates(self, request_id: str, committed: list[int], window: int,
+                   methods: list[str] | None = None) -> list[tuple[str, list[int]]]:
+        """Every usable draft (method, tokens), trimmed to ``window`` tokens, in
+        the order of ``methods`` (None: any method, in arrival order)."""
         by_method = self._drafts.get(request_id)
-        best: tuple[str, list[int]] = ("", [])
         if not by_method:
-            return best
+            return []
         now = len(committed)
-        for method in list(by_method):
+        out = []
+        for method in list(by_method) if methods is None else [m for m in methods if m in by_method]:
             draft = by_method[method]
             if draft.start > now:
                 continue  # drafted past an unverified lookahead: not yet usable
@@ -54,10 +56,23 @@ class DraftBook:
                 continue
             if overlap >= len(draft.tokens):
                 continue  # all of it is committed already; a continuing chunk may still extend it
-            tokens = draft.tokens[overlap:overlap + window]
+            out.append((method, draft.tokens[overlap:overlap + window]))
+        return out
+
+    def usable(self, request_id: str, committed: list[int], window: int,
+               methods: list[str] | None = None) -> tuple[str, list[int]]:
+        """The longest usable draft (method, tokens) trimmed to ``window`` tokens."""
+        best: tuple[str, list[int]] = ("", [])
+        for method, tokens in self.candidates(request_id, committed, window, methods):
             if len(tokens) > len(best[1]):
                 best = (method, tokens)
         return best
+
+    def drop_method(self, request_id: str, method: str) -> None:
+        self._drafts.get(request_id, {}).pop(method, None)
+
+    def methods(self, request_id: str) -> list[str]:
+        return list(self._drafts.get(request_id, {}))
 
     def forget(self, request_id: str) -> None:
         self._drafts.pop(request_id, None)

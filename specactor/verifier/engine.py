@@ -26,6 +26,10 @@ from specactor.protocol import FinishReason, SamplingParams, Verdict
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
 from specactor.verifier.sampler import SamplingBatch, sample
+from specactor.verifier.tree import DraftTree, matched
+
+#: (method, draft tokens)
+Candidate = tuple[str, list[int]]
 
 
 def derive_seed(*parts: object) -> int:
@@ -173,40 +177,61 @@ class Engine:
             return 0
         return max(0, seq.params.max_tokens - len(seq.output_ids) - 1)
 
-    def step(self, drafts: dict[str, tuple[str, list[int]]] | None = None) -> StepReport:
+    def step(self, drafts: dict[str, Candidate | list[Candidate]] | None = None) -> StepReport:
         """One batched forward over all running requests; sample; retire finished.
 
         ``drafts`` maps request id -> (method, tokens proposed for the next
-        output positions). A draft token is accepted only where it equals the
-        target's own position-keyed sample, so the output is the same with or
-        without drafts. Returns one Verdict per running request.
+        output positions), or a list of such candidates (racing): several are
+        merged into a token tree and verified in the same forward, and the
+        longest accepted path is kept. A draft token is accepted only where it
+        equals the target's own position-keyed sample, so the output is the
+        same with or without drafts. Returns one Verdict per running request.
         """
         self._admit()
         if not self.running:
             return StepReport(0, 0, 0, 0.0, 0.0, [])
         drafts = drafts or {}
-        proposal: list[tuple[str, list[int]]] = []
+        proposals: list[list[Candidate]] = []
+        trees: list[DraftTree | None] = []
         for slot, seq in enumerate(self.running):
-            method, tokens = drafts.get(seq.request_id, ("", []))
-            proposal.append((method, tokens[: self.max_draft(slot)]))
-        rows = [self._inputs(slot, proposal[slot][1]) for slot in range(len(self.running))]
+            given = drafts.get(seq.request_id, [])
+            candidates = [given] if isinstance(given, tuple) else list(given)
+            limit = self.max_draft(slot)
+            kept = [(m, list(t[:limit])) for m, t in candidates if t and limit]
+            proposals.append(kept)
+            trees.append(DraftTree.build([t for _, t in kept]) if len(kept) > 1 else None)
+        rows, parents = [], []
+        for slot in range(len(self.running)):
+            tree = trees[slot]
+            if tree is None:
+                extra = proposals[slot][0][1] if proposals[slot] else []
+                rows.append(self._inputs(slot, extra))
+                parents.append(None)
+            else:
+                rows.append(self._inputs(slot, tree.tokens))
+                parents.append([-1] + [q + 1 for q in tree.parents])
         q_lens = [len(r) for r in rows]
         prefill = sum(q for slot, q in enumerate(q_lens) if self.cache.lengths[slot] == 0)
         tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
-        # Logits are needed at the last prompt/decode position and at each draft position.
+        # Logits are needed at the last prompt/decode position and at each draft node.
         logit_rows: list[int] = []
         sampling: list[tuple[float, int, float, int, int]] = []
         offset = 0
+        starts = list(self.cache.lengths[: len(q_lens)])
+        fed = [q - 1 if starts[slot] else 0 for slot, q in enumerate(q_lens)]  # draft tokens (none at prefill)
         for slot, q in enumerate(q_lens):
             seq = self.running[slot]
-            k = len(proposal[slot][1])
+            tree = trees[slot]
+            nodes = fed[slot]
             p = seq.params
-            for j in range(k + 1):
-                logit_rows.append(offset + q - 1 - k + j)
-                sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + j))
+            for j in range(nodes + 1):
+                logit_rows.append(offset + q - 1 - nodes + j)
+                depth = j if tree is None or j == 0 else tree.depth(j - 1)
+                sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + depth))
             offset += q
         t0 = time.perf_counter()
-        logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device))
+        logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device),
+                            parents if any(t is not None for t in trees) else None)
         t1 = time.perf_counter()
         sampled, logprobs = sample(logits, SamplingBatch.build(sampling, self.device))
         sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
@@ -215,31 +240,45 @@ class Engine:
         finished_slots = []
         i = 0
         for slot, seq in enumerate(self.running):
-            method, draft = proposal[slot]
-            targets = sampled_list[i : i + len(draft) + 1]
-            lps = logprob_list[i : i + len(draft) + 1]
-            i += len(draft) + 1
-            accepted = 0
-            while accepted < len(draft) and draft[accepted] == targets[accepted]:
-                accepted += 1
-            # Rows fed k draft tokens; only the accepted prefix stays in the cache.
-            self.cache.lengths[slot] -= len(draft) - accepted
+            tree, candidates = trees[slot], proposals[slot]
+            targets = sampled_list[i : i + fed[slot] + 1]
+            lps = logprob_list[i : i + fed[slot] + 1]
+            i += fed[slot] + 1
+            if tree is None:
+                draft = candidates[0][1] if candidates else []
+                accepted = matched(draft, targets)
+                committed, committed_lps = targets[: accepted + 1], lps[: accepted + 1]
+                self.cache.lengths[slot] -= len(draft) - accepted  # only the accepted prefix stays
+            else:
+                path = tree.walk(targets)
+                accepted = len(path)
+                picks = [0] + [n + 1 for n in path]  # logit rows: the root's, then each accepted node's
+                committed = [targets[r] for r in picks]
+                committed_lps = [lps[r] for r in picks]
+                self.cache.keep_path(slot, starts[slot], [n + 1 for n in path])
             start = len(seq.output_ids)
             seq.steps += 1
-            if draft:
-                seq.drafted += len(draft)
-                seq.accepted += accepted
-                counts = seq.per_method.setdefault(method, {"drafted": 0, "accepted": 0, "steps": 0})
+            scores: dict[str, list[int]] = {}
+            method = ""
+            for name, draft in candidates:
+                got = matched(draft, committed)
+                scores[name] = [len(draft), got]
+                counts = seq.per_method.setdefault(name, {"drafted": 0, "accepted": 0, "steps": 0})
                 counts["drafted"] += len(draft)
-                counts["accepted"] += accepted
+                counts["accepted"] += got
                 counts["steps"] += 1
-            kept = self._commit(seq, targets[: accepted + 1], lps[: accepted + 1])
+                if not method or got > scores[method][1]:
+                    method = name
+            drafted = sum(len(d) for _, d in candidates)
+            seq.drafted += drafted
+            seq.accepted += accepted
+            kept = self._commit(seq, committed, committed_lps)
             report.new_tokens += kept
-            report.drafted += len(draft)
+            report.drafted += drafted
             report.accepted += accepted
             report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=seq.output_ids[start:],
-                                           accepted=accepted, drafted=len(draft), method=method,
-                                           finished=seq.finished))
+                                           accepted=accepted, drafted=drafted, method=method,
+                                           finished=seq.finished, scores=scores if tree is not None else {}))
             if seq.finished:
                 finished_slots.append(slot)
         report.finished = [self.running[s] for s in finished_slots]

@@ -51,3 +51,13 @@ class KVCache:
             self.v[:, dst, :, :n] = self.v[:, src, :, :n]
         self.lengths[dst] = n
         self.lengths[src] = 0
+
+    def keep_path(self, slot: int, start: int, offsets: list[int]) -> None:
+        """After a token-tree step: keep the root at ``start`` and the accepted
+        nodes (chunk ``offsets``, in path order) right after it, drop the rest."""
+        n = len(offsets)
+        if offsets != list(range(1, n + 1)):  # the first draft's chain is already in place
+            src = torch.tensor([start + o for o in offsets], device=self.k.device)
+            self.k[:, slot, :, start + 1 : start + 1 + n] = self.k[:, slot, :, src]
+            self.v[:, slot, :, start + 1 : start + 1 + n] = self.v[:, slot, :, src]
+        self.lengths[slot] = start + 1 + n

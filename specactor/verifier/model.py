@@ -28,7 +28,8 @@ class StepLayout:
 
     q_lens: list[int]
     starts: list[int]
-    positions: torch.Tensor  # [T] absolute position of each new token
+    positions: torch.Tensor  # [T] RoPE position of each new token (its depth, for a token tree)
+    slots: torch.Tensor  # [T] KV cache index of each new token (start + offset)
     rows: torch.Tensor  # [T] batch row (= slot) of each new token
     offsets: torch.Tensor  # [T] index of each token within its row's chunk
     mask: torch.Tensor | None  # [B, 1, G*Lq, Lk] bool, None if no masking needed
@@ -36,22 +37,53 @@ class StepLayout:
     max_k: int
 
     @classmethod
-    def build(cls, q_lens: list[int], starts: list[int], group: int, device: torch.device) -> "StepLayout":
+    def build(cls, q_lens: list[int], starts: list[int], group: int, device: torch.device,
+              parents: list[list[int] | None] | None = None) -> "StepLayout":
+        """``parents[b]``, when given, makes row b's chunk a token tree: token i
+        follows token ``parents[b][i]`` of the same chunk (-1: the cached context),
+        so it sits at position start + depth and attends to its ancestors only."""
         b = len(q_lens)
         q = torch.tensor(q_lens, device=device)
         s = torch.tensor(starts, device=device)
         rows = torch.repeat_interleave(torch.arange(b, device=device), q)
         first = torch.cumsum(q, 0) - q
         offsets = torch.arange(int(q.sum()), device=device) - first[rows]
-        positions = s[rows] + offsets
+        slots = s[rows] + offsets
         max_q, max_k = max(q_lens), max(a + c for a, c in zip(starts, q_lens))
+        trees = parents is not None and any(t is not None for t in parents)
+        positions = slots
         mask = None
-        if not (max_q == 1 and all(a == starts[0] for a in starts)):
+        if not (max_q == 1 and all(a == starts[0] for a in starts)) or trees:
             key_pos = torch.arange(max_k, device=device)
             query_pos = s[:, None] + torch.arange(max_q, device=device)[None, :]  # [B, Lq]
             allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Lq, Lk]
+            if trees:
+                assert parents is not None
+                depths = []
+                for row, tree in enumerate(parents):
+                    if tree is None:
+                        depths.extend(range(q_lens[row]))
+                        continue
+                    ancestry = _ancestry(tree)  # [q, q] bool: j is i or an ancestor of i
+                    n, start = len(tree), starts[row]
+                    allowed[row, :n, start:start + n] = ancestry
+                    depths.extend(ancestry.sum(1).sub(1).tolist())
+                positions = s[rows] + torch.tensor(depths, device=device)
             mask = allowed[:, None, None].expand(b, 1, group, max_q, max_k).reshape(b, 1, group * max_q, max_k)
-        return cls(q_lens, starts, positions, rows, offsets, mask, max_q, max_k)
+        return cls(q_lens, starts, positions, slots, rows, offsets, mask, max_q, max_k)
+
+
+def _ancestry(parents: list[int]) -> torch.Tensor:
+    """[n, n] bool: entry (i, j) says token j is token i or one of its ancestors."""
+    n = len(parents)
+    out = torch.zeros(n, n, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if not -1 <= parent < i:
+            raise ValueError(f"token {i} of a tree has parent {parent}: parents must come first")
+        if parent >= 0:
+            out[i] = out[parent]
+        out[i, i] = True
+    return out
 
 
 class Layer(torch.nn.Module):
@@ -146,12 +178,15 @@ class CausalLM(torch.nn.Module):
         q_lens: list[int],
         cache: KVCache,
         logit_index: torch.Tensor | None = None,
+        parents: list[list[int] | None] | None = None,
     ) -> torch.Tensor:
         """Run one ragged step for slots ``0..len(q_lens)-1`` and extend the cache.
 
         ``tokens`` holds the new tokens of every row back to back; row b's
         chunk starts at position ``cache.lengths[b]``. Returns logits for the
         flat positions in ``logit_index`` (all positions if None), as float32.
+        ``parents`` turns rows into token trees (see :meth:`StepLayout.build`);
+        the cache then holds every node, and the caller compacts the path it keeps.
         """
         cfg = self.cfg
         b = len(q_lens)
@@ -161,7 +196,7 @@ class CausalLM(torch.nn.Module):
         if max(a + c for a, c in zip(starts, q_lens)) > cache.max_len:
             raise ValueError(f"a request would exceed the KV cache length {cache.max_len}")
         group = cfg.num_heads // cfg.num_kv_heads
-        layout = StepLayout.build(q_lens, starts, group, tokens.device)
+        layout = StepLayout.build(q_lens, starts, group, tokens.device, parents)
         cos, sin = self._rope(layout.positions, layout.max_k)
         hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         t = tokens.shape[0]
@@ -172,8 +207,8 @@ class CausalLM(torch.nn.Module):
             q = apply_rope(qkv[:, : hq * hd].view(t, hq, hd), cos, sin)
             k = apply_rope(qkv[:, hq * hd : (hq + hkv) * hd].view(t, hkv, hd), cos, sin)
             v = qkv[:, (hq + hkv) * hd :].view(t, hkv, hd)
-            cache.k[li, layout.rows, :, layout.positions] = k
-            cache.v[li, layout.rows, :, layout.positions] = v
+            cache.k[li, layout.rows, :, layout.slots] = k
+            cache.v[li, layout.rows, :, layout.slots] = v
             attn = self._attention(q, cache.k[li, :b, :, : layout.max_k], cache.v[li, :b, :, : layout.max_k],
                                    layout, group)
             x = x + layer.o(attn)

@@ -24,6 +24,25 @@ class Verifier:
         self.sequences: dict[str, Sequence] = {}
         #: request id -> output position the newest draft (even empty) was made for
         self.answered: dict[str, int] = {}
+        #: request id -> the methods whose drafts it uses (absent: any), and which race
+        self.methods: dict[str, list[str]] = {}
+        self.racing: set[str] = set()
+
+    def assign(self, request_id: str, methods: list[str] | None, window: int | None = None,
+               race: bool = False) -> None:
+        """Use only ``methods``' drafts for the request (all of them, as a token tree, if ``race``)."""
+        if methods is None:
+            self.methods.pop(request_id, None)
+        else:
+            self.methods[request_id] = list(methods)
+            for method in set(self.book.methods(request_id)) - set(methods):
+                self.book.drop_method(request_id, method)
+        if window is not None:
+            self.windows[request_id] = window
+        if race and methods and len(methods) > 1:
+            self.racing.add(request_id)
+        else:
+            self.racing.discard(request_id)
 
     def add(self, seq: Sequence, window: int | None = None) -> None:
         if seq.request_id in self.sequences:
@@ -52,14 +71,24 @@ class Verifier:
             if engine.cache.lengths[slot] > 0 and self.answered.get(seq.request_id, -1) < len(seq.output_ids)
         ]
 
-    def collect_drafts(self) -> dict[str, tuple[str, list[int]]]:
-        """The usable draft (method, tokens) of each running request, trimmed to its window."""
-        drafts = {}
+    def collect_drafts(self) -> dict[str, tuple[str, list[int]] | list[tuple[str, list[int]]]]:
+        """The usable draft (method, tokens) of each running request, trimmed to its
+        window; for a racing request, every assigned method's usable draft."""
+        drafts: dict[str, tuple[str, list[int]] | list[tuple[str, list[int]]]] = {}
         for seq in self.engine.running:
-            window = self.windows.get(seq.request_id, self.default_window)
-            method, tokens = self.book.usable(seq.request_id, seq.output_ids, window)
+            rid = seq.request_id
+            window = self.windows.get(rid, self.default_window)
+            if window <= 0:
+                continue
+            methods = self.methods.get(rid)
+            if rid in self.racing:
+                candidates = self.book.candidates(rid, seq.output_ids, window, methods)
+                if candidates:
+                    drafts[rid] = candidates
+                continue
+            method, tokens = self.book.usable(rid, seq.output_ids, window, methods)
             if tokens:
-                drafts[seq.request_id] = (method, tokens)
+                drafts[rid] = (method, tokens)
         return drafts
 
     def retire(self, report: StepReport) -> None:
@@ -77,6 +106,8 @@ class Verifier:
         self.sequences.pop(request_id, None)
         self.windows.pop(request_id, None)
         self.answered.pop(request_id, None)
+        self.methods.pop(request_id, None)
+        self.racing.discard(request_id)
 
     def abort(self, request_id: str) -> Sequence | None:
         seq = self.engine.abort(request_id)

@@ -138,3 +138,64 @@ def test_awaiting_drafts_is_the_coupled_barrier() -> None:
     with pytest.raises(ValueError, match="duplicate"):
         verifier.add(Sequence("a", [1], SamplingParams(), seed=0))
     assert verifier.add_draft("nobody", "x", 0, [1]) is False
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), racers=st.lists(st.sampled_from(BEHAVIOURS), min_size=2, max_size=4, unique=True))
+def test_racing_drafts_verified_as_a_tree_give_the_autoregressive_tokens(case, racers) -> None:
+    """Fastest-of-N tail racing: several methods' drafts for one request go into
+    one token tree; whichever survives, the tokens and log-probs are unchanged."""
+    kind, prompts, seeds, params, window, plan, max_batch, rnd = case
+    model = _model(kind)
+    reference = _reference(model, prompts, params, seeds)
+    verifier = Verifier(Engine(model, max_batch=max_batch, max_len=128), default_window=window)
+    seqs = _sequences(prompts, params, seeds)
+    for seq in seqs:
+        verifier.add(seq)
+        verifier.assign(seq.request_id, racers, window, race=True)
+    step = 0
+    while verifier.has_work:
+        for seq in verifier.engine.running:
+            ref = reference[int(seq.request_id[1:])].output_ids
+            for behaviour in racers:
+                draft = _draft(behaviour, ref, len(seq.output_ids), window, rnd)
+                if draft is not None:
+                    verifier.add_draft(seq.request_id, behaviour, *draft)
+        verifier.step()
+        step += 1
+        assert step < 500
+    for seq, ref in zip(seqs, reference):
+        assert seq.output_ids == ref.output_ids
+        assert seq.finish_reason == ref.finish_reason
+        assert seq.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+
+
+def test_racing_keeps_the_longest_accepted_draft_even_when_it_is_not_first() -> None:
+    """The right draft comes second, so its accepted path must be compacted in
+    the KV cache; the scores say what each method would have had accepted."""
+    model = _model("qwen2")
+    params = SamplingParams(temperature=1.0, max_tokens=40)
+    prompts, seeds = [[1, 2, 3], [7, 8, 9, 10]], [21, 22]
+    reference = _reference(model, prompts, params, seeds)
+    verifier = Verifier(Engine(model, max_batch=2, max_len=128), default_window=4)
+    seqs = _sequences(prompts, params, seeds)
+    for seq in seqs:
+        verifier.add(seq)
+        verifier.assign(seq.request_id, ["wrong", "perfect"], 4, race=True)
+    steps = 0
+    winners = []
+    while verifier.has_work:
+        for seq in verifier.engine.running:
+            ref = reference[int(seq.request_id[1:])].output_ids
+            good = ref[len(seq.output_ids):][:4]
+            verifier.add_draft(seq.request_id, "wrong", len(seq.output_ids), [(t + 1) % VOCAB for t in good])
+            verifier.add_draft(seq.request_id, "perfect", len(seq.output_ids), good)
+        report = verifier.step()
+        winners += [(v.method, v.scores) for v in report.verdicts if v.scores]
+        steps += 1
+    for seq, ref in zip(seqs, reference):
+        assert seq.output_ids == ref.output_ids
+        assert seq.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+    assert steps <= 1 + 40 // 5 + 1  # as fast as the perfect drafter alone
+    assert winners and all(method == "perfect" and scores["wrong"][1] == 0 for method, scores in winners)
+    assert seqs[0].per_method["perfect"]["accepted"] > 0 and seqs[0].per_method["wrong"]["accepted"] == 0

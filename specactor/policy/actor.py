@@ -1,0 +1,132 @@
+"""PolicyActor: Fastest-of-N steering of the drafters from the verifier's verdicts.
+
+It gets every VerdictBatch the verifier produces, feeds the bandit (accepted
+of drafted per request and method, racing scores included) and the cost model
+(measured step times; drafting times polled from the drafters' stats), then
+re-plans: per request, the method(s), window and coupled/decoupled mode that
+maximise predicted tokens per second, or no speculation where none pays.
+Only changes are sent, all of one step in one AssignmentBatch, each one an
+event with its reason. The verifier applies them between steps and tells the
+drafters to Track or Untrack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specactor import protocol as p
+from specactor.actor import Actor
+from specactor.policy.bandit import Choice, FastestOfN
+from specactor.policy.cost_model import CostModel
+
+
+class PolicyActor(Actor):
+    def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = 8,
+                 profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
+                 stats_every: int = 8, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.verifier = verifier
+        self.methods = list(methods)
+        self.cost = CostModel.from_profile(profile)
+        self.fon = FastestOfN(self.methods, self.cost, max_window=max_window, racing=racing, scheme=scheme,
+                              seed=seed)
+        self.current: dict[str, Choice] = {}
+        self.default: Choice | None = None
+        self.stats_every = stats_every
+        self._drafter_totals: dict[str, dict[str, float]] = {}
+        self.counters = {"steps": 0, "assignments": 0, "switches": 0, "off": 0, "racing": 0}
+
+    async def on_start(self) -> None:
+        await self._send_default(batch=1)
+
+    async def handle(self, sender: str, msg: p.Message) -> None:
+        if isinstance(msg, p.VerdictBatch):
+            await self._on_verdicts(msg)
+        elif isinstance(msg, p.StatsReply):
+            self._on_drafter_stats(msg)
+        elif isinstance(msg, p.StatsRequest):
+            await self.send(sender, p.StatsReply(name=self.name, values=dict(self.counters)))
+        else:
+            raise TypeError(f"PolicyActor does not handle {type(msg).__name__}")
+
+    # ------------------------------------------------------------------ learning
+
+    async def _on_verdicts(self, batch: p.VerdictBatch) -> None:
+        fon = self.fon
+        fed = 0
+        for v in batch.verdicts:
+            fon.add_request(v.request_id)
+            if v.scores:
+                for method, (drafted, accepted) in v.scores.items():
+                    fon.observe(v.request_id, method, drafted, accepted)
+            elif v.method:
+                fon.observe(v.request_id, v.method, v.drafted, v.accepted)
+            fon.observe_commit(v.request_id, len(v.tokens))
+            fed += 1 + v.drafted
+        if batch.step_ns and batch.batch_size:
+            self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9)
+        for v in batch.verdicts:
+            if v.finished:
+                fon.remove_request(v.request_id)
+                self.current.pop(v.request_id, None)
+        self.counters["steps"] += 1
+        if self.counters["steps"] % self.stats_every == 0:
+            for method in self.methods:
+                if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
+                    await self.send(f"draft-{method}", p.StatsRequest())
+        await self._replan(batch.batch_size, batch.step)
+
+    def _on_drafter_stats(self, reply: p.StatsReply) -> None:
+        """Turn the growth of a drafter's counters into a timing sample for the cost model."""
+        method = reply.name.removeprefix("draft-")
+        now = reply.values
+        before = self._drafter_totals.get(method)
+        self._drafter_totals[method] = dict(now)
+        if before is None:
+            return
+        rounds = now.get("rounds", 0) - before.get("rounds", 0)
+        drafts = now.get("drafts", 0) - before.get("drafts", 0)
+        tokens = now.get("tokens", 0) - before.get("tokens", 0)
+        seconds = now.get("draft_s", 0) - before.get("draft_s", 0)
+        if rounds > 0 and drafts > 0 and tokens > 0:
+            self.cost.observe_draft(method, round(drafts / rounds), tokens / drafts, seconds / rounds)
+
+    # ------------------------------------------------------------------ deciding
+
+    async def _replan(self, batch: int, step: int) -> None:
+        plan = self.fon.plan(max(batch, 1))
+        changes = []
+        for rid, choice in plan.items():
+            old = self.current.get(rid)
+            if choice.same_as(old) or (old is not None and old.methods == choice.methods and old.window and
+                                       old.decoupled == choice.decoupled and abs(old.window - choice.window) <= 1):
+                continue  # a window one token off is not worth a message
+            if old is not None and old.methods[:1] != choice.methods[:1]:
+                self.counters["switches"] += 1
+            self.current[rid] = choice
+            self.counters["assignments"] += 1
+            self.counters["off"] += not choice.methods
+            self.counters["racing"] += len(choice.methods) > 1
+            changes.append(self._message(rid, choice))
+            self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
+                          window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
+                          reason=choice.reason)
+        if changes:
+            await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
+        if step % self.stats_every == 0:
+            await self._send_default(batch)
+
+    async def _send_default(self, batch: int) -> None:
+        """The cold-start choice for requests yet to arrive: the best method so far."""
+        choice = self.fon.default_choice(batch)
+        if choice.same_as(self.default):
+            return
+        self.default = choice
+        self.log.info("policy.default", methods=choice.methods, window=choice.window, reason=choice.reason)
+        await self.send(self.verifier, self._message("*", choice))
+
+    @staticmethod
+    def _message(request_id: str, choice: Choice) -> p.Assignment:
+        return p.Assignment(request_id=request_id, methods=list(choice.methods), window=choice.window,
+                            mode=p.DraftMode.DECOUPLED if choice.decoupled else p.DraftMode.COUPLED,
+                            reason=choice.reason, race=len(choice.methods) > 1)

@@ -1,0 +1,151 @@
+"""A deterministic rollout simulator for testing and benchmarking policies fast.
+
+Requests have a length and a true per-token acceptance per method (optionally
+changing half-way); drafters have the cost model's drafting time; a verify
+step costs ``CostModel.verify_s`` for the tokens it is fed. A policy is
+anything with ``add_request / remove_request / observe / observe_commit /
+plan(batch)`` (``FastestOfN``, or the fixed and random baselines below). The
+simulator draws accepted lengths from the truncated geometric law the cost
+model assumes, with its own seeded generator, so two policies run on the same
+seed see the same workload.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from specactor.policy.bandit import Choice
+from specactor.policy.cost_model import CostModel
+
+
+@dataclass
+class SimRequest:
+    request_id: str
+    length: int
+    acceptance: dict[str, float]
+    #: from this many committed tokens on, ``acceptance_after`` holds
+    switch_at: int | None = None
+    acceptance_after: dict[str, float] = field(default_factory=dict)
+
+    def p(self, method: str, committed: int) -> float:
+        if self.switch_at is not None and committed >= self.switch_at:
+            return self.acceptance_after.get(method, 0.0)
+        return self.acceptance.get(method, 0.0)
+
+
+class Policy(Protocol):
+    def add_request(self, request_id: str) -> None: ...
+    def remove_request(self, request_id: str) -> None: ...
+    def observe(self, request_id: str, method: str, drafted: int, accepted: int) -> None: ...
+    def observe_commit(self, request_id: str, tokens: int) -> None: ...
+    def plan(self, batch: int | None = None) -> dict[str, Choice]: ...
+
+
+class _Baseline:
+    def __init__(self) -> None:
+        self.requests: set[str] = set()
+
+    def add_request(self, request_id: str) -> None:
+        self.requests.add(request_id)
+
+    def remove_request(self, request_id: str) -> None:
+        self.requests.discard(request_id)
+
+    def observe(self, request_id: str, method: str, drafted: int, accepted: int) -> None:
+        pass
+
+    def observe_commit(self, request_id: str, tokens: int) -> None:
+        pass
+
+
+class FixedPolicy(_Baseline):
+    """One method with one window for every request (the coupled baselines)."""
+
+    def __init__(self, method: str, window: int = 4, decoupled: bool = True) -> None:
+        super().__init__()
+        self.choice = (method, window, decoupled)
+
+    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+        method, window, decoupled = self.choice
+        return {r: Choice([method], window, decoupled, "fixed") for r in self.requests}
+
+
+class RandomPolicy(_Baseline):
+    """A uniformly random method per request and step."""
+
+    def __init__(self, methods: list[str], window: int = 4, seed: int = 0) -> None:
+        super().__init__()
+        self.methods, self.window, self.rng = methods, window, random.Random(seed)
+
+    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+        return {r: Choice([self.rng.choice(self.methods)], self.window, True, "random") for r in self.requests}
+
+
+@dataclass
+class SimResult:
+    makespan_s: float
+    steps: int
+    tokens: int
+    #: (step, request id, primary method) for every request at every step
+    choices: list[tuple[int, str, str]]
+    finish_s: dict[str, float]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.makespan_s if self.makespan_s else 0.0
+
+
+def accepted_length(rng: random.Random, p: float, window: int) -> int:
+    """Draw from the truncated geometric law: P(a) = p^a (1-p) for a < w."""
+    a = 0
+    while a < window and rng.random() < p:
+        a += 1
+    return a
+
+
+class Simulator:
+    def __init__(self, cost: CostModel, seed: int = 0) -> None:
+        self.cost = cost
+        self.seed = seed
+
+    def run(self, requests: list[SimRequest], policy: Policy, max_steps: int = 100_000) -> SimResult:
+        rng = random.Random(self.seed)
+        committed = {r.request_id: 0 for r in requests}
+        by_id = {r.request_id: r for r in requests}
+        for r in requests:
+            policy.add_request(r.request_id)
+        clock, steps, choices, finish = 0.0, 0, [], {}
+        while committed and steps < max_steps:
+            batch = len(committed)
+            plan = policy.plan(batch)
+            fed = 0
+            drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
+            decoupled = True
+            for rid in committed:
+                choice = plan.get(rid) or Choice([], 0, True)
+                decoupled &= choice.decoupled
+                fed += 1 + (choice.window * len(choice.methods))
+                for m in choice.methods:
+                    n, w = drafting.get(m, (0, 0))
+                    drafting[m] = (n + 1, max(w, choice.window))
+            clock += self.cost.step_s(batch, fed, drafting, decoupled)
+            steps += 1
+            for rid in list(committed):
+                req, done = by_id[rid], committed[rid]
+                choice = plan.get(rid) or Choice([], 0, True)
+                choices.append((steps, rid, choice.methods[0] if choice.methods else ""))
+                best = 0
+                for m in choice.methods:
+                    a = accepted_length(rng, req.p(m, done), choice.window)
+                    policy.observe(rid, m, choice.window, a)
+                    best = max(best, a)
+                gained = min(best + 1, req.length - done)
+                committed[rid] = done + gained
+                policy.observe_commit(rid, gained)
+                if committed[rid] >= req.length:
+                    del committed[rid]
+                    finish[rid] = clock
+                    policy.remove_request(rid)
+        return SimResult(clock, steps, sum(r.length for r in requests), choices, finish)

@@ -1,0 +1,143 @@
+"""Fastest-of-N in simulation: it finds each request's best method (also when
+that changes half-way) with bounded regret, beats fixed and random assignment
+on a mixed workload, and tail racing shortens the makespan."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from specactor.policy.bandit import FastestOfN
+from specactor.policy.cost_model import CostModel
+from specactor.policy.simulation import FixedPolicy, RandomPolicy, SimRequest, Simulator
+
+METHODS = ["ngram", "suffix", "model"]
+GOOD_NGRAM = {"ngram": 0.85, "suffix": 0.6, "model": 0.5}
+GOOD_MODEL = {"ngram": 0.1, "suffix": 0.3, "model": 0.9}
+
+
+def _true_best(cost: CostModel, acceptance: dict[str, float], batch: int) -> tuple[str, float]:
+    speeds = {m: cost.best_window(acceptance[m], m, batch, True)[1] for m in acceptance}
+    best = max(speeds, key=speeds.__getitem__)
+    return best, speeds[best]
+
+
+def _regret(cost: CostModel, acceptance: dict[str, float], steps: int, seed: int) -> list[float]:
+    """Cumulative regret (tokens/s below the best choice, under the true acceptance) of one request."""
+    policy = FastestOfN(list(acceptance), cost, seed=seed, racing=False)
+    policy.add_request("r")
+    rng = random.Random(seed)
+    _, best_speed = _true_best(cost, acceptance, 1)
+    total, curve = 0.0, []
+    for _ in range(steps):
+        choice = policy.plan(1)["r"]
+        if not choice.methods:  # speculation off: plain decoding speed
+            total += best_speed - cost.tokens_per_s(0.0, 0, "ngram", 1, True)
+            curve.append(total)
+            continue
+        method = choice.methods[0]
+        total += best_speed - cost.tokens_per_s(acceptance[method], choice.window, method, 1, True)
+        accepted = 0
+        while accepted < choice.window and rng.random() < acceptance[method]:
+            accepted += 1
+        policy.observe("r", method, choice.window, accepted)
+        curve.append(total)
+    return curve
+
+
+@pytest.mark.parametrize("acceptance", [GOOD_NGRAM, GOOD_MODEL, {"ngram": 0.4, "suffix": 0.7, "model": 0.2}])
+def test_it_finds_the_best_method_of_a_request(acceptance: dict[str, float]) -> None:
+    cost = CostModel.from_profile()
+    best, _ = _true_best(cost, acceptance, 1)
+    policy = FastestOfN(METHODS, cost, seed=1, racing=False)
+    result = Simulator(cost, seed=1).run([SimRequest("r", 600, acceptance)], policy)
+    late = [m for step, _, m in result.choices if step > 30]
+    assert late.count(best) / len(late) >= 0.85, f"best {best}; chose {[late.count(m) for m in METHODS]}"
+
+
+def test_it_follows_a_request_whose_best_method_changes_half_way() -> None:
+    cost = CostModel.from_profile()
+    req = SimRequest("r", 1200, GOOD_NGRAM, switch_at=600, acceptance_after=GOOD_MODEL)
+    policy = FastestOfN(METHODS, cost, seed=2, racing=False)
+    result = Simulator(cost, seed=2).run([req], policy)
+    # committed tokens per step are about 2-4: find the step where the switch happened
+    steps = [m for _, _, m in result.choices]
+    first_half = steps[20: len(steps) // 3]
+    second_half = steps[-len(steps) // 3:]
+    assert first_half.count("ngram") / len(first_half) >= 0.85
+    assert second_half.count("model") / len(second_half) >= 0.85
+
+
+def test_regret_is_sublinear_and_small() -> None:
+    """Stated bound: over 400 steps, cumulative regret is at most 5% of the best speed
+    times the steps, and the second 200 steps add less regret than the first 200."""
+    cost = CostModel.from_profile()
+    acceptance = {"ngram": 0.4, "suffix": 0.7, "model": 0.2}
+    _, best_speed = _true_best(cost, acceptance, 1)
+    curves = [_regret(cost, acceptance, 400, seed) for seed in range(5)]
+    final = statistics.median(c[-1] for c in curves)
+    first = statistics.median(c[199] for c in curves)
+    assert final <= 0.05 * best_speed * 400, f"regret {final:.1f} against best speed {best_speed:.1f} tok/s"
+    assert final - first < first
+
+
+def _mixed(seed: int, n: int = 32) -> list[SimRequest]:
+    rng = random.Random(seed)
+    return [SimRequest(f"r{i}", max(8, min(int(rng.paretovariate(1.2) * 40), 400)),
+                       GOOD_NGRAM if i % 2 else GOOD_MODEL) for i in range(n)]
+
+
+def test_on_a_mixed_workload_it_beats_every_fixed_method_and_random() -> None:
+    cost = CostModel.from_profile()
+    for seed in range(3):
+        ours = Simulator(cost, seed=seed).run(_mixed(seed), FastestOfN(METHODS, cost, seed=seed)).makespan_s
+        for name, baseline in [*((m, FixedPolicy(m)) for m in METHODS), ("random", RandomPolicy(METHODS, seed=seed))]:
+            theirs = Simulator(cost, seed=seed).run(_mixed(seed), baseline).makespan_s
+            assert ours < theirs, f"seed {seed}: policy {ours:.2f}s vs {name} {theirs:.2f}s"
+
+
+def _flat_cost() -> CostModel:
+    """A memory-bound verifier (the GPU tail): a step costs the same up to 64 tokens a row."""
+    cost = CostModel([1, 64], [1, 64], [[0.020, 0.021], [0.030, 0.060]])
+    cost.draft = CostModel.from_profile().draft
+    return cost
+
+
+def test_tail_racing_strictly_shortens_the_makespan() -> None:
+    cost = _flat_cost()
+    spans = {True: [], False: []}
+    for seed in range(5):
+        rng = random.Random(seed)
+        # the best cheap method differs per request, and neither is sure
+        requests = []
+        for i in range(24):
+            x = rng.uniform(0.4, 0.8)
+            requests.append(SimRequest(f"r{i}", max(8, min(int(rng.paretovariate(1.2) * 40), 400)),
+                                       {"ngram": x, "suffix": 1.2 - x}))
+        for racing in (True, False):
+            policy = FastestOfN(["ngram", "suffix"], cost, racing=racing, seed=seed)
+            spans[racing].append(Simulator(cost, seed=seed).run(requests, policy).makespan_s)
+    # summed over seeds: a single seed's tail is one request's luck
+    assert sum(spans[True]) < 0.95 * sum(spans[False]), spans
+
+
+def test_racing_stays_within_drafter_capacity_and_names_its_reason() -> None:
+    cost = _flat_cost()
+    policy = FastestOfN(["ngram", "suffix"], cost, seed=0)
+    for i in range(8):
+        policy.add_request(f"r{i}")
+    for i in range(6):
+        policy.remove_request(f"r{i}")
+    plan = policy.plan()
+    assert all(len(c.methods) == 2 for c in plan.values())
+    assert all("tail: racing" in c.reason for c in plan.values())
+
+
+def test_unknown_scheme_and_empty_method_list_are_refused() -> None:
+    cost = CostModel.from_profile()
+    with pytest.raises(ValueError, match="scheme"):
+        FastestOfN(METHODS, cost, scheme="epsilon")
+    with pytest.raises(ValueError, match="at least one"):
+        FastestOfN([], cost)

@@ -1,0 +1,68 @@
+"""The cost model: progress law, interpolation of the profile, online correction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from specactor.policy.cost_model import CostModel, expected_progress, race_progress
+
+
+@given(st.floats(0, 1), st.integers(0, 16))
+def test_expected_progress_matches_the_truncated_geometric_law(p: float, w: int) -> None:
+    direct = 1 + sum(p ** a * (1 - p) * a for a in range(w)) + p ** w * w
+    assert expected_progress(p, w) == pytest.approx(direct, rel=1e-9, abs=1e-9)
+    assert 1.0 <= expected_progress(p, w) <= w + 1
+
+
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=4), st.integers(1, 8))
+def test_racing_never_loses_progress_and_one_racer_is_plain(ps: list[float], w: int) -> None:
+    assert race_progress(ps[:1], w) == pytest.approx(expected_progress(ps[0], w))
+    assert race_progress(ps, w) >= max(expected_progress(p, w) for p in ps) - 1e-9
+
+
+def test_packaged_profile_is_interpolated_exactly_on_the_grid() -> None:
+    cost = CostModel.from_profile()
+    for bi, b in enumerate(cost.batch_sizes):
+        for ci, c in enumerate(cost.chunk_lens):
+            assert cost.verify_s(b, c) == pytest.approx(cost.forward_s[bi][ci])
+    # between grid points it lies between the neighbours
+    assert cost.verify_s(8, 1) < cost.verify_s(12, 1) < cost.verify_s(16, 1)
+
+
+def test_online_correction_converges_to_a_slower_machine() -> None:
+    cost = CostModel.from_profile()
+    truth = 2.5 * cost.verify_s(8, 5)
+    for _ in range(100):
+        cost.observe_step(8, 40, truth)
+    assert cost.verify_s(8, 5) == pytest.approx(truth, rel=0.02)
+
+
+def test_speculation_is_switched_off_where_it_cannot_pay() -> None:
+    cost = CostModel.from_profile()
+    # a weak drafter pays at batch 1 (verification nearly free) but not at batch 64
+    assert cost.best_window(0.5, "ngram", 1, True)[0] >= 1
+    assert cost.best_window(0.3, "ngram", 64, True)[0] == 0
+    # a good drafter still pays at large batch, with a window
+    assert cost.best_window(0.95, "ngram", 64, True)[0] >= 2
+
+
+def test_drafting_cost_is_learnt_from_timings() -> None:
+    cost = CostModel.from_profile()
+    for _ in range(50):
+        cost.observe_draft("model", 8, 4, 4 * 0.040)  # 40 ms a token at batch 8
+    assert cost.draft_s("model", 8) == pytest.approx(0.040, rel=0.05)
+    # a slow drafter makes coupled mode slower than decoupled at the same window
+    assert cost.tokens_per_s(0.9, 4, "model", 8, False) < cost.tokens_per_s(0.9, 4, "model", 8, True)
+
+
+def test_bad_profile_is_refused_naming_the_problem(tmp_path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"batch_sizes": [1, 2], "chunk_lens": [1], "forward_s": [[0.1]]}))
+    with pytest.raises(ValueError, match="batch_sizes x chunk_lens"):
+        CostModel.from_profile(path)
+    path.write_text(json.dumps({"batch_sizes": [1]}))
+    with pytest.raises(ValueError, match="chunk_lens"):
+        CostModel.from_profile(path)
