@@ -11,7 +11,11 @@ process over ipc (the same engine, so only the drafting differs):
   autoregressive       no drafts
   coupled <d>          drafter d, strict draft-then-verify barrier, k tokens
   decoupled <d>        drafter d, decoupled (specactor mode, static assignment)
-  specactor            every drafter, the Fastest-of-N policy (bandit, windows, racing)
+  specactor            the cheap drafters (ngram, suffix), Fastest-of-N policy (bandit, windows, racing)
+  specactor +model     every drafter, Fastest-of-N policy
+
+The verifier gets every core, except in configurations with a model drafter,
+where the drafter's process has one of them (EngineConfig.verifier_thread_count).
 
 Runs are interleaved across repeats (AR, then each config, then again) so that
 drift on a shared machine hits them alike; the medians are reported. Time is
@@ -69,7 +73,10 @@ def configs(drafters: list[str], args: argparse.Namespace, batch: int) -> dict[s
     for d in drafters:
         out[f"coupled {d}"] = EngineConfig(mode="coupled", drafters=[d], **common)
         out[f"decoupled {d}"] = EngineConfig(mode="specactor", drafters=[d], policy=False, **common)
-    out["specactor"] = EngineConfig(mode="specactor", drafters=drafters, policy=True, **common)
+    cheap = [d for d in drafters if d != "model"]
+    out["specactor"] = EngineConfig(mode="specactor", drafters=cheap or drafters, policy=True, **common)
+    if "model" in drafters and cheap:
+        out["specactor +model"] = EngineConfig(mode="specactor", drafters=drafters, policy=True, **common)
     return out
 
 

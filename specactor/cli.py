@@ -99,8 +99,9 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.add_argument("--mode", default="autoregressive", choices=["autoregressive", "coupled", "specactor"],
                          help="autoregressive baseline, coupled speculation, or SpecActor "
                               "(decoupled, steered by the Fastest-of-N policy)")
-    rollout.add_argument("--drafters", default="ngram,suffix,model",
-                         help="drafting methods for the speculative modes (coupled uses the first)")
+    rollout.add_argument("--drafters", default="ngram,suffix",
+                         help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
+                              "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
     rollout.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
     rollout.add_argument("--window", type=_positive_int, default=8,
                          help="decoupled: how far a drafter may draft ahead of the last verdict")

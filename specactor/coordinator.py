@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence as Seq
 
@@ -39,7 +40,7 @@ class EngineConfig:
     max_len: int = 1024
     transport: str = "ipc"
     processes: bool = True  # verifier and model drafters in their own processes
-    verifier_threads: int | None = None
+    verifier_threads: int | None = None  # default: every core not given to a model drafter
     drafter_threads: int = 1
     events_path: str | None = None
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
@@ -58,6 +59,18 @@ class EngineConfig:
             raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.window})")
         if self.processes and self.transport == "inproc":
             raise ValueError("processes=True needs transport ipc or tcp")
+
+    @property
+    def verifier_thread_count(self) -> int | None:
+        """Torch threads of the verifier: all cores, minus the model drafter's when one runs
+        in its own process. Oversubscribing costs more than the thread it buys: on 2 cores,
+        a 2-thread verifier beside a 1-thread model drafter took 19.1 s where a 1-thread
+        verifier took 11.8 s (bench/RESULTS.md, thread split)."""
+        if self.verifier_threads is not None:
+            return self.verifier_threads
+        if self.processes and "model" in self.active_drafters:
+            return max(1, (os.cpu_count() or 1) - self.drafter_threads)
+        return None
 
     @property
     def active_drafters(self) -> list[str]:
@@ -140,7 +153,7 @@ class RolloutEngine:
         await self.system.spawn(self.coordinator)
         use_policy = cfg.mode == "specactor" and cfg.policy
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
-                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_threads,
+                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
                            "policy": "policy" if use_policy else None}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:

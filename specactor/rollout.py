@@ -33,7 +33,7 @@ class RolloutOptions:
     out: str
     model: str | None = None
     mode: str = "autoregressive"
-    drafters: str = "ngram,suffix,model"
+    drafters: str = "ngram,suffix"
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0

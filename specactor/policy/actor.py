@@ -23,7 +23,7 @@ from specactor.policy.cost_model import CostModel
 class PolicyActor(Actor):
     def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = 8,
                  profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
-                 stats_every: int = 8, **kwargs: Any) -> None:
+                 stats_every: int = 8, plan_every: int = 4, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self.verifier = verifier
         self.methods = list(methods)
@@ -33,6 +33,7 @@ class PolicyActor(Actor):
         self.current: dict[str, Choice] = {}
         self.default: Choice | None = None
         self.stats_every = stats_every
+        self.plan_every = plan_every  # planning costs ~0.2 ms a request: not every step
         self._drafter_totals: dict[str, dict[str, float]] = {}
         self.counters = {"steps": 0, "assignments": 0, "switches": 0, "off": 0, "racing": 0}
 
@@ -54,13 +55,20 @@ class PolicyActor(Actor):
     async def _on_verdicts(self, batch: p.VerdictBatch) -> None:
         fon = self.fon
         fed = 0
+        new = False
         for v in batch.verdicts:
+            new |= v.request_id not in fon.requests and not v.finished
             fon.add_request(v.request_id)
             if v.scores:
                 for method, (drafted, accepted) in v.scores.items():
                     fon.observe(v.request_id, method, drafted, accepted)
             elif v.method:
                 fon.observe(v.request_id, v.method, v.drafted, v.accepted)
+            assigned = self.current.get(v.request_id)
+            if assigned is not None and v.start > 0:  # not the prefill step: no drafts there
+                offered = set(v.scores) if v.scores else {v.method}
+                for method in assigned.methods:
+                    fon.observe_offer(v.request_id, method, method in offered)
             fon.observe_commit(v.request_id, len(v.tokens))
             fed += 1 + v.drafted
         if batch.step_ns and batch.batch_size:
@@ -74,7 +82,8 @@ class PolicyActor(Actor):
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
                     await self.send(f"draft-{method}", p.StatsRequest())
-        await self._replan(batch.batch_size, batch.step)
+        if new or self.counters["steps"] % self.plan_every == 0:
+            await self._replan(batch.batch_size, batch.step)
 
     def _on_drafter_stats(self, reply: p.StatsReply) -> None:
         """Turn the growth of a drafter's counters into a timing sample for the cost model."""
@@ -98,15 +107,16 @@ class PolicyActor(Actor):
         changes = []
         for rid, choice in plan.items():
             old = self.current.get(rid)
-            if choice.same_as(old) or (old is not None and old.methods == choice.methods and old.window and
-                                       old.decoupled == choice.decoupled and abs(old.window - choice.window) <= 1):
-                continue  # a window one token off is not worth a message
+            if choice.same_as(old) or (old is not None and set(old.methods) == set(choice.methods) and old.window
+                                       and (old.decoupled, old.race) == (choice.decoupled, choice.race)
+                                       and abs(old.window - choice.window) <= 1):
+                continue  # the same drafters with a window one token off: not worth a message
             if old is not None and old.methods[:1] != choice.methods[:1]:
                 self.counters["switches"] += 1
             self.current[rid] = choice
             self.counters["assignments"] += 1
             self.counters["off"] += not choice.methods
-            self.counters["racing"] += len(choice.methods) > 1
+            self.counters["racing"] += choice.race
             changes.append(self._message(rid, choice))
             self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
                           window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
@@ -129,4 +139,4 @@ class PolicyActor(Actor):
     def _message(request_id: str, choice: Choice) -> p.Assignment:
         return p.Assignment(request_id=request_id, methods=list(choice.methods), window=choice.window,
                             mode=p.DraftMode.DECOUPLED if choice.decoupled else p.DraftMode.COUPLED,
-                            reason=choice.reason, race=len(choice.methods) > 1)
+                            reason=choice.reason, race=choice.race)

@@ -12,7 +12,9 @@ own timings.
 With per-token acceptance p and window w, accepted tokens follow a truncated
 geometric law and a verify step makes ``E = (1 - p**(w+1)) / (1 - p)`` tokens
 of progress (the verifier's own token included). Coupled iterations take
-``w*D + V``, decoupled ones ``max(w*D, V)``.
+``w*D + V``, decoupled ones ``max(w*D, V)``. A method that drafts on a share q of
+the steps only (no match, no draft) makes ``1 + q*(E - 1)`` tokens of progress
+for ``1 + q*w`` tokens verified.
 """
 
 from __future__ import annotations
@@ -154,19 +156,27 @@ class CostModel:
         draft = max((w * self.draft_s(m, n) for m, (n, w) in drafting.items() if n), default=0.0)
         return max(verify, draft) if decoupled else verify + draft
 
-    def tokens_per_s(self, p: float, window: int, method: str, batch: int, decoupled: bool) -> float:
-        """Predicted generation speed of one request in a batch of ``batch``."""
-        verify = self.verify_s(batch, window + 1)
+    def tokens_per_s(self, p: float, window: int, method: str, batch: int, decoupled: bool,
+                     draft_rate: float = 1.0) -> float:
+        """Predicted generation speed of one request in a batch of ``batch``.
+
+        ``draft_rate`` is the share of steps on which the method has a draft at all
+        (prompt lookup and suffix matching propose only where they find a match): the
+        other steps cost and gain what plain decoding does.
+        """
+        q = min(max(draft_rate, 0.0), 1.0)
+        verify = self.verify_s(batch, 1 + q * window)
         drafting = window * self.draft_s(method, batch)
         latency = max(drafting, verify) if decoupled else drafting + verify
-        return expected_progress(p, window) / latency if latency > 0 else 0.0
+        progress = 1.0 + q * (expected_progress(p, window) - 1.0)
+        return progress / latency if latency > 0 else 0.0
 
     def best_window(self, p: float, method: str, batch: int, decoupled: bool,
-                    max_window: int = 8) -> tuple[int, float]:
+                    max_window: int = 8, draft_rate: float = 1.0) -> tuple[int, float]:
         """The window (0 = no speculation) maximising predicted tokens/s, and that speed."""
         best = (0, self.tokens_per_s(p, 0, method, batch, decoupled))
         for w in range(1, max_window + 1):
-            speed = self.tokens_per_s(p, w, method, batch, decoupled)
+            speed = self.tokens_per_s(p, w, method, batch, decoupled, draft_rate)
             if speed > best[1] * (1 + 1e-9):
                 best = (w, speed)
         return best

@@ -7,7 +7,9 @@ anything with ``add_request / remove_request / observe / observe_commit /
 plan(batch)`` (``FastestOfN``, or the fixed and random baselines below). The
 simulator draws accepted lengths from the truncated geometric law the cost
 model assumes, with its own seeded generator, so two policies run on the same
-seed see the same workload.
+seed see the same workload. A request with several methods commits the best
+of their drafts when racing (all verified, at the cost of their tokens), and
+the primary's otherwise (the others are only scored: full information).
 """
 
 from __future__ import annotations
@@ -126,7 +128,8 @@ class Simulator:
             for rid in committed:
                 choice = plan.get(rid) or Choice([], 0, True)
                 decoupled &= choice.decoupled
-                fed += 1 + (choice.window * len(choice.methods))
+                # racing verifies every draft; otherwise the verifier takes one (the longest)
+                fed += 1 + choice.window * (len(choice.methods) if choice.race else min(len(choice.methods), 1))
                 for m in choice.methods:
                     n, w = drafting.get(m, (0, 0))
                     drafting[m] = (n + 1, max(w, choice.window))
@@ -137,10 +140,11 @@ class Simulator:
                 choice = plan.get(rid) or Choice([], 0, True)
                 choices.append((steps, rid, choice.methods[0] if choice.methods else ""))
                 best = 0
-                for m in choice.methods:
+                for i, m in enumerate(choice.methods):  # every draft is scored against the committed tokens
                     a = accepted_length(rng, req.p(m, done), choice.window)
                     policy.observe(rid, m, choice.window, a)
-                    best = max(best, a)
+                    if choice.race or i == 0:  # without racing, one draft is verified: the primary's
+                        best = max(best, a)
                 gained = min(best + 1, req.length - done)
                 committed[rid] = done + gained
                 policy.observe_commit(rid, gained)

@@ -219,6 +219,7 @@ class VerifyActor(Actor):
             t0 = time.perf_counter()
             report = await self.run_blocking(verifier.engine.step, drafts)
             busy = time.perf_counter() - t0
+            verified = _per_method(report.verdicts)  # before retire() adds the unverified drafts' scores
             verifier.retire(report)
             self.stats["steps"] += 1
             self.stats["tokens"] += report.new_tokens
@@ -230,7 +231,7 @@ class VerifyActor(Actor):
                           prefill_tokens=report.prefill_tokens, drafted=report.drafted, accepted=report.accepted,
                           new_tokens=report.new_tokens, forward_ms=round(report.forward_s * 1000, 2),
                           step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2),
-                          methods=_per_method(report.verdicts))
+                          methods=verified)
             await self._broadcast(report)
 
     async def _broadcast(self, report: Any) -> None:
@@ -271,7 +272,7 @@ class VerifyActor(Actor):
 
 
 def _per_method(verdicts: list[p.Verdict]) -> dict[str, list[int]]:
-    """method -> [drafted, accepted, drafts] over one step (racing drafts counted per method)."""
+    """method -> [drafted, accepted, drafts] verified in one step (each raced draft counted)."""
     out: dict[str, list[int]] = {}
     for v in verdicts:
         scores = v.scores or ({v.method: [v.drafted, v.accepted]} if v.method else {})

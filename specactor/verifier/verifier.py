@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from specactor.verifier.drafts import DraftBook
 from specactor.verifier.engine import Engine, Sequence, StepReport
+from specactor.verifier.tree import matched
 
 
 class Verifier:
@@ -27,6 +28,7 @@ class Verifier:
         #: request id -> the methods whose drafts it uses (absent: any), and which race
         self.methods: dict[str, list[str]] = {}
         self.racing: set[str] = set()
+        self._offered: dict[str, list[tuple[str, list[int]]]] = {}  # this step's unverified alternatives
 
     def assign(self, request_id: str, methods: list[str] | None, window: int | None = None,
                race: bool = False) -> None:
@@ -86,13 +88,25 @@ class Verifier:
                 if candidates:
                     drafts[rid] = candidates
                 continue
-            method, tokens = self.book.usable(rid, seq.output_ids, window, methods)
-            if tokens:
-                drafts[rid] = (method, tokens)
+            candidates = self.book.candidates(rid, seq.output_ids, window, methods)
+            if candidates:
+                drafts[rid] = max(candidates, key=lambda c: len(c[1]))  # the first longest
+                if len(candidates) > 1:
+                    self._offered[rid] = candidates
         return drafts
 
+    def _score_offered(self, report: StepReport) -> None:
+        """Full information: score every usable draft, verified or not, against what was
+        committed, so the policy learns each method's acceptance at no extra forward."""
+        offered, self._offered = self._offered, {}
+        for verdict in report.verdicts:
+            candidates = offered.get(verdict.request_id)
+            if candidates and not verdict.scores:
+                verdict.scores = {m: [len(t), matched(t, verdict.tokens)] for m, t in candidates}
+
     def retire(self, report: StepReport) -> None:
-        """Forget what finished requests held."""
+        """Score the drafts offered this step; forget what finished requests held."""
+        self._score_offered(report)
         for seq in report.finished:
             self._forget(seq.request_id)
 

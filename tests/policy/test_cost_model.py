@@ -66,3 +66,35 @@ def test_bad_profile_is_refused_naming_the_problem(tmp_path) -> None:
     path.write_text(json.dumps({"batch_sizes": [1]}))
     with pytest.raises(ValueError, match="chunk_lens"):
         CostModel.from_profile(path)
+
+
+def test_a_drafter_that_rarely_has_a_draft_costs_and_gains_little() -> None:
+    cost = CostModel.from_profile()
+    # q = 0: exactly plain decoding, whatever the window
+    assert cost.tokens_per_s(0.9, 6, "ngram", 8, True, draft_rate=0.0) == pytest.approx(
+        cost.tokens_per_s(0.0, 0, "ngram", 8, True))
+    # in between: half the gain of always drafting, for less than its verify work
+    always = cost.tokens_per_s(0.6, 4, "ngram", 8, True, draft_rate=1.0)
+    half = cost.tokens_per_s(0.6, 4, "ngram", 8, True, draft_rate=0.5)
+    plain = cost.tokens_per_s(0.0, 0, "ngram", 8, True)
+    assert min(always, plain) < half < max(always, plain)
+
+
+def test_large_batch_with_a_weak_matcher_turns_speculation_off() -> None:
+    from specactor.policy.bandit import FastestOfN
+
+    policy = FastestOfN(["ngram", "suffix"], CostModel.from_profile(), seed=0)
+    for i in range(48):
+        policy.add_request(f"r{i}")
+        for _ in range(20):  # one draft token in five right, drafts on half of the steps
+            policy.observe(f"r{i}", "ngram", 4, 1 if _ % 4 == 0 else 0)
+            policy.observe(f"r{i}", "suffix", 4, 1 if _ % 4 == 0 else 0)
+            policy.observe_offer(f"r{i}", "ngram", _ % 2 == 0)
+            policy.observe_offer(f"r{i}", "suffix", _ % 2 == 0)
+    offs = [sum(not c.methods for c in policy.plan(48).values()) for _ in range(12)]
+    assert min(offs[8:]) >= 40, f"requests off, plan after plan: {offs}"  # exploration is held, not constant
+    small = FastestOfN(["ngram"], CostModel.from_profile(), seed=0)
+    small.add_request("r")
+    for _ in range(20):
+        small.observe("r", "ngram", 4, 3)
+    assert small.plan(1)["r"].methods == ["ngram"]

@@ -82,24 +82,43 @@ def _draft(behaviour: str, ref: list[int], done: int, window: int, rnd) -> tuple
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_any_drafts_give_the_autoregressive_tokens(case) -> None:
-    kind, prompts, seeds, params, window, plan, max_batch, rnd = case
+    plan = case[5]
+    _run_case(case, lambda step: [plan[step % len(plan)]])
+
+
+def _run_case(case, behaviours, race: list[str] | None = None) -> None:
+    """Verify the case's requests with the drafts of ``behaviours(step)`` (all of
+    ``race`` as one token tree, if given) and compare with autoregressive."""
+    kind, prompts, seeds, params, window, _, max_batch, rnd = case
     model = _model(kind)
     reference = _reference(model, prompts, params, seeds)
     verifier = Verifier(Engine(model, max_batch=max_batch, max_len=128), default_window=window)
     seqs = _sequences(prompts, params, seeds)
     for seq in seqs:
         verifier.add(seq)
+        if race:
+            verifier.assign(seq.request_id, race, window, race=True)
+    _drive(verifier, reference, window, rnd, behaviours)
+    _assert_autoregressive(seqs, reference)
+
+
+def _drive(verifier, reference, window, rnd, behaviours) -> None:
+    """Step to the end; before each step every running request gets a draft from
+    each drafter ``behaviours(step)`` names (a drafter is named by its behaviour)."""
     step = 0
     while verifier.has_work:
-        behaviour = plan[step % len(plan)]
         for seq in verifier.engine.running:
             ref = reference[int(seq.request_id[1:])].output_ids
-            draft = _draft(behaviour, ref, len(seq.output_ids), window, rnd)
-            if draft is not None:
-                verifier.add_draft(seq.request_id, behaviour, *draft)
+            for behaviour in behaviours(step):
+                draft = _draft(behaviour, ref, len(seq.output_ids), window, rnd)
+                if draft is not None:
+                    verifier.add_draft(seq.request_id, behaviour, *draft)
         verifier.step()
         step += 1
         assert step < 500
+
+
+def _assert_autoregressive(seqs, reference) -> None:
     for seq, ref in zip(seqs, reference):
         assert seq.output_ids == ref.output_ids
         assert seq.finish_reason == ref.finish_reason
@@ -145,29 +164,7 @@ def test_awaiting_drafts_is_the_coupled_barrier() -> None:
 def test_racing_drafts_verified_as_a_tree_give_the_autoregressive_tokens(case, racers) -> None:
     """Fastest-of-N tail racing: several methods' drafts for one request go into
     one token tree; whichever survives, the tokens and log-probs are unchanged."""
-    kind, prompts, seeds, params, window, plan, max_batch, rnd = case
-    model = _model(kind)
-    reference = _reference(model, prompts, params, seeds)
-    verifier = Verifier(Engine(model, max_batch=max_batch, max_len=128), default_window=window)
-    seqs = _sequences(prompts, params, seeds)
-    for seq in seqs:
-        verifier.add(seq)
-        verifier.assign(seq.request_id, racers, window, race=True)
-    step = 0
-    while verifier.has_work:
-        for seq in verifier.engine.running:
-            ref = reference[int(seq.request_id[1:])].output_ids
-            for behaviour in racers:
-                draft = _draft(behaviour, ref, len(seq.output_ids), window, rnd)
-                if draft is not None:
-                    verifier.add_draft(seq.request_id, behaviour, *draft)
-        verifier.step()
-        step += 1
-        assert step < 500
-    for seq, ref in zip(seqs, reference):
-        assert seq.output_ids == ref.output_ids
-        assert seq.finish_reason == ref.finish_reason
-        assert seq.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+    _run_case(case, lambda step: racers, race=racers)
 
 
 def test_racing_keeps_the_longest_accepted_draft_even_when_it_is_not_first() -> None:
