@@ -25,7 +25,7 @@ import asyncio
 import concurrent.futures
 import os
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 import zmq
 
@@ -69,6 +69,7 @@ class Actor:
         self._said_goodbye = False
         self._stop_requested: p.Stop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._loops: list[asyncio.Task[Any]] = []
 
     # ------------------------------------------------------------------ hooks
 
@@ -117,6 +118,17 @@ class Actor:
         if not sent:
             self.log.warning("actor.send_dropped", peer=peer, kind=type(msg).__name__)
         return sent
+
+    def start_loop(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a background loop of this actor (a step or drafting loop); it is
+        cancelled, and waited for, when the actor stops."""
+        self._loops.append(asyncio.create_task(coro))
+
+    async def _stop_loops(self) -> None:
+        loops, self._loops = self._loops, []  # a cancelled task's traceback pins its frame: drop them
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking ``fn(*args)`` on this actor's worker thread."""
@@ -215,6 +227,7 @@ class Actor:
 
     async def _say_goodbye(self) -> None:
         assert self._stop_requested is not None
+        await self._stop_loops()
         await self.on_stop()
         for peer in sorted(set(self.directory) - {self.name} - self.dead_peers):
             await self.send(peer, p.Goodbye(name=self.name))

@@ -53,7 +53,6 @@ class DraftActor(Actor):
         self._queued: list[p.Track | p.VerdictBatch | p.Untrack] = []
         self._busy = False
         self._wake = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
 
     async def on_start(self) -> None:
@@ -62,13 +61,7 @@ class DraftActor(Actor):
 
             torch.set_num_threads(self.threads)
         self.drafter = await self.run_blocking(make_drafter, self.method, self.model_name, self.drafter_options)
-        self._loop_task = asyncio.create_task(self._drafting_loop())
-
-    async def on_stop(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()  # and let it unwind, so its frame stops pinning the model
-            await asyncio.gather(self._loop_task, return_exceptions=True)
-            self._loop_task = None  # its CancelledError's traceback holds the loop's frame
+        self.start_loop(self._drafting_loop())
 
     def on_closed(self) -> None:
         self.drafter = None

@@ -59,7 +59,6 @@ class VerifyActor(Actor):
         self.policy = policy  # actor that gets every VerdictBatch, if any
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
-        self._loop_task: asyncio.Task[None] | None = None
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
                                         "waited_s": 0.0}
 
@@ -83,13 +82,7 @@ class VerifyActor(Actor):
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
-        self._loop_task = asyncio.create_task(self._step_loop())
-
-    async def on_stop(self) -> None:
-        if self._loop_task is not None:
-            self._loop_task.cancel()  # and let it unwind, so its frame stops pinning the model
-            await asyncio.gather(self._loop_task, return_exceptions=True)
-            self._loop_task = None  # its CancelledError's traceback holds the loop's frame
+        self.start_loop(self._step_loop())
 
     def on_closed(self) -> None:
         self.verifier = None

@@ -1,4 +1,4 @@
-"""The verifier's book of drafts: the freshest usable draft per request.
+"""The verifier's book of drafts: the freshest usable draft per request and method.
 
 Drafts arrive asynchronously and may be stale. A draft covers output
 positions ``start ..``; it is *usable* when it agrees with every token committed
@@ -58,15 +58,6 @@ class DraftBook:
                 continue  # all of it is committed already; a continuing chunk may still extend it
             out.append((method, draft.tokens[overlap:overlap + window]))
         return out
-
-    def usable(self, request_id: str, committed: list[int], window: int,
-               methods: list[str] | None = None) -> tuple[str, list[int]]:
-        """The longest usable draft (method, tokens) trimmed to ``window`` tokens."""
-        best: tuple[str, list[int]] = ("", [])
-        for method, tokens in self.candidates(request_id, committed, window, methods):
-            if len(tokens) > len(best[1]):
-                best = (method, tokens)
-        return best
 
     def drop_method(self, request_id: str, method: str) -> None:
         self._drafts.get(request_id, {}).pop(method, None)
