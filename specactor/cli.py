@@ -81,6 +81,117 @@ def _probability(text: str) -> float:
     return value
 
 
+def _add_engine_options(parser: argparse.ArgumentParser, default_mode: str) -> None:
+    """The engine's flags, shared by rollout and serve."""
+    parser.add_argument("--model", default=None,
+                        help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
+    parser.add_argument("--mode", default=default_mode, choices=["autoregressive", "coupled", "specactor"],
+                        help="autoregressive baseline, coupled speculation, or SpecActor "
+                             "(decoupled, steered by the Fastest-of-N policy)")
+    parser.add_argument("--drafters", default="ngram,suffix",
+                        help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
+                             "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
+    parser.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
+    parser.add_argument("--window", type=_positive_int, default=8,
+                        help="decoupled: how far a drafter may draft ahead of the last verdict")
+    parser.add_argument("--max-batch", type=_positive_int, default=32, help="requests decoded together")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--events", default=None, help="write structured events (JSON lines) here")
+    parser.add_argument("--no-policy", action="store_true",
+                        help="specactor mode without the Fastest-of-N policy: every drafter on every request")
+    parser.add_argument("--no-racing", action="store_true",
+                        help="the policy never races a second method on tail requests")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from specactor.server.serve import ServeOptions, run_daemon
+
+    opts = ServeOptions(endpoint=args.endpoint, model=args.model, mode=args.mode,
+                        drafters=args.drafters, k=args.k, window=args.window,
+                        max_batch=args.max_batch, max_len=args.max_len, threads=args.threads, events=args.events,
+                        policy=not args.no_policy, racing=not args.no_racing, client_timeout_s=args.client_timeout,
+                        drain_timeout_s=args.drain_timeout)
+    try:
+        return run_daemon(opts)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        print(f"specactor serve: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run a rollout daemon that RolloutClient talks to (ZeroMQ, loopback by default)",
+        description="Load the model once and serve rollouts to RolloutClient over ZeroMQ: generate / stream "
+        "(token ids, log-probs, finish reason), abort, update_weights (state dict or checkpoint path; bumps the "
+        "policy version every result carries), pause / resume, health and stats. Every bad call gets an error "
+        "naming the problem; a client that disappears has its requests aborted; SIGTERM drains running requests "
+        "(up to --drain-timeout), aborts the rest and delivers every result before exiting.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument("--endpoint", default="tcp://127.0.0.1:5557",
+                       help="ZeroMQ endpoint to bind (tcp://HOST:PORT, port 0 = any free port; ipc://PATH). "
+                            "There is no authentication: keep it on loopback or a trusted network")
+    _add_engine_options(serve, default_mode="specactor")
+    serve.add_argument("--max-len", type=_positive_int, default=1024, help="longest prompt + max_tokens")
+    serve.add_argument("--client-timeout", type=float, default=10.0,
+                       help="seconds without a heartbeat after which a client's requests are aborted")
+    serve.add_argument("--drain-timeout", type=float, default=30.0,
+                       help="on SIGTERM/SIGINT, seconds running requests may take to finish before being aborted")
+    serve.set_defaults(func=_serve)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import time
+
+    from specactor.bench.suite import BenchOptions, run_suite, write_outputs
+
+    fields = {k: v for k, v in {
+        "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
+        "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
+        "modes": None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        "out": args.out}.items() if v is not None}
+    opts = BenchOptions.quick(**fields) if args.quick else BenchOptions(**fields)
+    start = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
+
+    try:
+        report = run_suite(opts, progress)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"specactor bench: error: {exc}", file=sys.stderr)
+        return 2
+    paths = write_outputs(report, opts.out)
+    print((paths[1]).read_text())
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="the long-tail RL rollout workload, every mode side by side (makespan, tokens/s, tail, memory, identity)",
+        description="Run HumanEval prompts x n samples (a GRPO group) at each temperature, two epochs with a real "
+        "GRPO update in between, through every mode on the same prompts and seeds: our autoregressive engine, "
+        "transformers generate (plain and with prompt lookup), coupled speculation with each drafter, specactor "
+        "(decoupled + Fastest-of-N), and vLLM when it can run. Writes suite.json, suite.md and suite.png to --out. "
+        "The default size takes about 15 minutes on 2 CPU cores; --quick about 3.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    bench.add_argument("--quick", action="store_true", help="2 prompts x 4 samples, 48 tokens, T=1 and 0")
+    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 6; quick 2)")
+    bench.add_argument("--n", type=_positive_int, default=None, help="samples per prompt (default 4)")
+    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 160; quick 48)")
+    bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0.7,0; quick 1,0)")
+    bench.add_argument("--epochs", type=_positive_int, default=None, help="rollout epochs (default 2)")
+    bench.add_argument("--modes", default=None,
+                       help="comma-separated, autoregressive first (default: all of autoregressive, transformers, "
+                            "transformers+pld, coupled ngram, coupled suffix, specactor, vllm)")
+    bench.add_argument("--out", default="bench/results/suite", help="output folder")
+    bench.set_defaults(func=_bench)
+
+
 def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout = commands.add_parser(
         "rollout",
@@ -94,30 +205,13 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
                          help="JSON-lines file ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optional id, n, "
                               "max_tokens, seed, temperature, meta), or humaneval / humaneval:N")
     rollout.add_argument("--out", required=True, help="output JSON-lines file")
-    rollout.add_argument("--model", default=None,
-                         help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
-    rollout.add_argument("--mode", default="autoregressive", choices=["autoregressive", "coupled", "specactor"],
-                         help="autoregressive baseline, coupled speculation, or SpecActor "
-                              "(decoupled, steered by the Fastest-of-N policy)")
-    rollout.add_argument("--drafters", default="ngram,suffix",
-                         help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
-                              "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
-    rollout.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
-    rollout.add_argument("--window", type=_positive_int, default=8,
-                         help="decoupled: how far a drafter may draft ahead of the last verdict")
+    _add_engine_options(rollout, default_mode="autoregressive")
     rollout.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 = greedy")
     rollout.add_argument("--top-p", type=_probability, default=1.0)
     rollout.add_argument("--top-k", type=int, default=0, help="0 = off")
     rollout.add_argument("--max-tokens", type=_positive_int, default=256, help="per sample, unless the line says")
     rollout.add_argument("--n", type=_positive_int, default=1, help="samples per prompt, unless the line says")
     rollout.add_argument("--seed", type=int, default=0, help="base seed")
-    rollout.add_argument("--events", default=None, help="write structured events (JSON lines) here")
-    rollout.add_argument("--max-batch", type=_positive_int, default=32, help="requests decoded together")
-    rollout.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: all cores)")
-    rollout.add_argument("--no-policy", action="store_true",
-                         help="specactor mode without the Fastest-of-N policy: every drafter on every request")
-    rollout.add_argument("--no-racing", action="store_true",
-                         help="the policy never races a second method on tail requests")
     rollout.add_argument("--no-chat", action="store_true", help="do not wrap text prompts in the chat template")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bar")
     rollout.set_defaults(func=_rollout)
@@ -133,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     _add_rollout(commands)
+    _add_serve(commands)
+    _add_bench(commands)
 
     events = commands.add_parser("events", help="inspect structured event logs")
     events_commands = events.add_subparsers(dest="events_command", metavar="ACTION", required=True)

@@ -10,6 +10,12 @@ drafter, fixed; in ``specactor`` mode the PolicyActor (Fastest-of-N), which
 assigns and reassigns methods, windows and modes as verdicts come in; with
 ``policy=False`` every drafter, the verifier taking the longest usable draft.
 The verifier tells the drafters to Track and Untrack requests.
+
+Between RL steps, ``update_weights`` sends a new state dict (chunked raw
+bytes) or a checkpoint path to the verifier and any model drafter; it bumps
+the policy version that every result carries. Requests running at that moment
+finish on the old weights first (``in_flight="finish"``, new ones wait) or
+are aborted (``"abort"``): no output ever mixes versions.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence as Seq
 
@@ -24,7 +31,9 @@ from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem, class_path
 from specactor.drafters.registry import METHODS
 from specactor.memory import release_freed_memory
+from specactor.models import DEFAULT_MODEL
 from specactor.verifier.engine import derive_seed
+from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
 MODES = ("autoregressive", "coupled", "specactor")
 
@@ -87,6 +96,23 @@ class Coordinator(Actor):
         self.config = config
         self.pending: dict[str, asyncio.Future[p.RequestResult]] = {}
         self.finished: asyncio.Queue[p.RequestResult] = asyncio.Queue()
+        self.acks: dict[tuple[str, str], asyncio.Future[p.ControlAck]] = {}  # (actor, ref) -> its answer
+
+    async def control(self, peers: list[str], make: Any, ref: str, timeout_s: float | None = None) -> list[p.ControlAck]:
+        """Send ``make(ref)`` to each peer and wait for every ControlAck (a dead peer answers not ok)."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for peer in peers:
+            future: asyncio.Future[p.ControlAck] = loop.create_future()
+            self.acks[(peer, ref)] = future
+            if not await self.send(peer, make(ref)):
+                future.set_result(p.ControlAck(ref=ref, ok=False, detail=f"{peer} is not running"))
+            futures.append(future)
+        try:
+            return list(await asyncio.wait_for(asyncio.gather(*futures), timeout_s))
+        finally:
+            for peer in peers:
+                self.acks.pop((peer, ref), None)
 
     async def submit(self, request_id: str, prompt_ids: list[int], params: p.SamplingParams) -> asyncio.Future:
         if request_id in self.pending:
@@ -110,12 +136,19 @@ class Coordinator(Actor):
             if future is not None and not future.done():
                 future.set_result(msg)
             await self.finished.put(msg)
+        elif isinstance(msg, p.ControlAck):
+            future = self.acks.get((sender, msg.ref))
+            if future is not None and not future.done():
+                future.set_result(msg)
         elif isinstance(msg, p.Error):
             self.log.warning("coordinator.error_reply", sender=sender, code=msg.code, error=msg.message, ref=msg.ref)
         else:
             raise TypeError(f"Coordinator does not handle {type(msg).__name__}")
 
     async def on_peer_down(self, name: str, reason: str) -> None:
+        for (peer, ref), future in list(self.acks.items()):
+            if peer == name and not future.done():
+                future.set_result(p.ControlAck(ref=ref, ok=False, detail=f"{name} is down: {reason}"))
         if name == "verifier":  # nothing can finish any more: fail everything, lose nothing silently
             for request_id, future in list(self.pending.items()):
                 if not future.done():
@@ -134,6 +167,10 @@ class RolloutEngine:
         self.system = ActorSystem(self.config.transport)
         self.coordinator = Coordinator("coordinator", self.config)
         self._ids = itertools.count()
+        self.version = 0  # policy version of the weights the engine serves
+        self.vocab_size: int | None = None  # known once started
+        self.model_name = self.config.model or DEFAULT_MODEL
+        self._stats_lock = asyncio.Lock()  # replies share one queue: one stats round at a time
 
     async def __aenter__(self) -> "RolloutEngine":
         await self.start()
@@ -148,7 +185,11 @@ class RolloutEngine:
         release_freed_memory()
 
     async def start(self) -> None:
+        from specactor.models import resolve_model
+        from specactor.verifier.config import ModelConfig
+
         cfg = self.config
+        self.vocab_size = ModelConfig.from_dir(resolve_model(cfg.model)).vocab_size  # also converts once
         await self.system.start()
         await self.system.spawn(self.coordinator)
         use_policy = cfg.mode == "specactor" and cfg.policy
@@ -178,17 +219,20 @@ class RolloutEngine:
 
     def _expand(self, prompt_ids: Seq[Seq[int]], params: p.SamplingParams | Seq[p.SamplingParams],
                 request_ids: Seq[str] | None) -> list[tuple[str, list[int], p.SamplingParams]]:
+        """One job per sample, every input checked first: a bad one rejects the whole call
+        (ValueError naming it) before anything is submitted."""
         if isinstance(params, p.SamplingParams):
             params = [params] * len(prompt_ids)
         if len(params) != len(prompt_ids):
             raise ValueError(f"{len(params)} sampling params for {len(prompt_ids)} prompts")
         if request_ids is None:
             request_ids = [f"req-{next(self._ids)}" for _ in prompt_ids]
-        if len(request_ids) != len(prompt_ids) or len(set(request_ids)) != len(request_ids):
-            raise ValueError("request_ids must be unique, one per prompt")
+        if len(request_ids) != len(prompt_ids):
+            raise ValueError(f"{len(request_ids)} request ids for {len(prompt_ids)} prompts")
         jobs = []
         for rid, ids, sp in zip(request_ids, prompt_ids, params):
             sp.validate()
+            self._check_prompt(rid, ids, sp)
             for sample in range(sp.n):
                 sub = rid if sp.n == 1 else f"{rid}#{sample}"
                 base = sp.seed if sp.seed is not None else derive_seed(rid)
@@ -197,28 +241,130 @@ class RolloutEngine:
                                        max_tokens=sp.max_tokens, stop_token_ids=list(sp.stop_token_ids),
                                        seed=seed, n=1, logprobs=sp.logprobs)
                 jobs.append((sub, list(ids), one))
+        seen: set[str] = set()
+        for rid, _, _ in jobs:
+            if rid in seen or rid in self.coordinator.pending:
+                raise ValueError(f"duplicate request id {rid!r}: " + (
+                    "it is already in flight" if rid in self.coordinator.pending else "used twice in this call"))
+            seen.add(rid)
         return jobs
+
+    def _check_prompt(self, request_id: str, ids: Seq[int], sp: p.SamplingParams) -> None:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request id must be a non-empty string, got {request_id!r}")
+        if len(ids) == 0:
+            raise ValueError(f"request {request_id!r}: prompt is empty")
+        vocab = self.vocab_size
+        bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool)
+                    or not 0 <= t < (vocab if vocab is not None else 2**63)), None)
+        if bad is not None:
+            raise ValueError(f"request {request_id!r}: token id {bad!r} is outside the vocabulary"
+                             + (f" (size {vocab})" if vocab is not None else ""))
+        bad_stop = next((t for t in sp.stop_token_ids if vocab is not None and t >= vocab), None)
+        if bad_stop is not None:
+            raise ValueError(f"request {request_id!r}: stop token id {bad_stop} is outside the vocabulary "
+                             f"(size {vocab})")
+        if len(ids) + sp.max_tokens > self.config.max_len:
+            raise ValueError(f"request {request_id!r}: prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) "
+                             f"exceeds the context of {self.config.max_len} tokens")
+
+    async def submit(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
+                     request_ids: Seq[str] | None = None) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+        """Submit every sample (checked first, all or nothing): (request id, future of its result)."""
+        jobs = self._expand(prompt_ids, sampling_params, request_ids)
+        return [(job[0], await self.coordinator.submit(*job)) for job in jobs]
 
     async def generate(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
                        request_ids: Seq[str] | None = None) -> list[p.RequestResult]:
         """Generate for every prompt (``n`` samples each); results in input order."""
-        futures = [await self.coordinator.submit(*job) for job in self._expand(prompt_ids, sampling_params,
-                                                                                 request_ids)]
-        return list(await asyncio.gather(*futures))
+        submitted = await self.submit(prompt_ids, sampling_params, request_ids)
+        return list(await asyncio.gather(*(future for _, future in submitted)))
 
     async def stream(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
                      request_ids: Seq[str] | None = None) -> AsyncIterator[p.RequestResult]:
         """Like generate, but yields each result as soon as it finishes."""
-        futures = [await self.coordinator.submit(*job) for job in self._expand(prompt_ids, sampling_params,
-                                                                                 request_ids)]
-        for done in asyncio.as_completed(futures):
+        submitted = await self.submit(prompt_ids, sampling_params, request_ids)
+        for done in asyncio.as_completed([future for _, future in submitted]):
             yield await done
 
     async def abort(self, request_id: str) -> None:
         await self.coordinator.send("verifier", p.AbortRequest(request_id=request_id))
 
+    # ------------------------------------------------------------------ between RL steps
+
+    @property
+    def _weight_holders(self) -> list[str]:
+        """Actors that hold a copy of the policy's weights: the verifier, and a model drafter."""
+        return ["verifier"] + (["draft-model"] if "model" in self.config.active_drafters else [])
+
+    async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,
+                             in_flight: str = "finish", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+        """Load new weights (a Hugging Face-named state dict, or a checkpoint ``path``) into the
+        target and any model drafter; return the new policy version (default: current + 1).
+
+        ``in_flight="finish"``: running requests finish on the old weights, new ones wait;
+        ``"abort"``: running requests are aborted. Raises ValueError if the update is
+        rejected (the weights then stay as they were).
+        """
+        if (state_dict is None) == (path is None):
+            raise ValueError("update_weights needs exactly one of state_dict and path")
+        update_id = uuid.uuid4().hex
+        if state_dict is not None:
+            for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
+                await self.send_weights_chunk(chunk)
+                await asyncio.sleep(0)  # a send that does not block does not yield: keep the loop live
+        return await self.commit_weights(update_id, version=version, in_flight=in_flight, path=path)
+
+    async def send_weights_chunk(self, chunk: p.WeightsChunk) -> None:
+        """Streaming form of update_weights: send one chunk, then :meth:`commit_weights`."""
+        for holder in self._weight_holders:
+            await self.coordinator.send(holder, chunk)
+
+    async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
+                             path: str | None = None) -> int:
+        if in_flight not in IN_FLIGHT:
+            raise ValueError(f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {in_flight!r}")
+        version = self.version + 1 if version is None else version
+        if version <= self.version:
+            raise ValueError(f"version {version} is not newer than the running version {self.version}")
+        commit = p.WeightsCommit(update_id=update_id, version=version, in_flight=in_flight, path=path or "")
+        acks = await self.coordinator.control(self._weight_holders, lambda _: commit, update_id)
+        verifier_ack = acks[0]
+        if not verifier_ack.ok:
+            raise ValueError(f"weight update rejected: {verifier_ack.detail}")
+        self.version = verifier_ack.version
+        for holder, ack in zip(self._weight_holders[1:], acks[1:]):
+            if not ack.ok:  # drafts stay lossless; only its acceptance suffers, and the policy sees that
+                self.coordinator.log.warning("coordinator.error_reply", sender=holder, code="weights",
+                                             error=f"drafter kept its old weights: {ack.detail}", ref=update_id)
+        return self.version
+
+    async def pause(self) -> None:
+        """Stop stepping after the current step (requests keep their state; new ones queue)."""
+        await self._toggle(p.Pause)
+
+    async def resume(self) -> None:
+        await self._toggle(p.Resume)
+
+    async def _toggle(self, kind: type[p.Pause] | type[p.Resume]) -> None:
+        (ack,) = await self.coordinator.control(["verifier"], lambda ref: kind(ref=ref), uuid.uuid4().hex)
+        if not ack.ok:
+            raise RuntimeError(f"{kind.__name__.lower()} failed: {ack.detail}")
+
+    async def health(self) -> dict[str, Any]:
+        """Liveness and the state a daemon reports: live actors, version, pause, load."""
+        live = sorted(self.system.live())
+        verifier = (await self.stats(timeout_s=2.0)).get("verifier", {})
+        return {"ok": "verifier" in live and bool(verifier), "model": self.model_name, "mode": self.config.mode,
+                "policy_version": self.version, "paused": bool(verifier.get("paused", 0)),
+                "in_flight": len(self.coordinator.pending), "actors": live}
+
     async def stats(self, timeout_s: float = 5.0) -> dict[str, dict[str, float]]:
         """Live counters of the verifier and each live drafter (dead ones are skipped)."""
+        async with self._stats_lock:
+            return await self._stats(timeout_s)
+
+    async def _stats(self, timeout_s: float) -> dict[str, dict[str, float]]:
         names = [n for n in ["verifier", *(f"draft-{m}" for m in self.config.active_drafters), "policy"]
                  if n in self.system.live()]
         for name in names:

@@ -54,6 +54,10 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
          "waited_ms", "methods"),
     ),
+    "verify.weights": (
+        "The verifier applied (ok) or rejected a weight update; held: requests that waited for it.",
+        ("version", "update_id", "ok", "error", "held"),
+    ),
     "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
     "draft.failed": ("A drafter raised; its requests go on without its drafts.", ("method", "error")),
     "policy.assign": (
@@ -67,6 +71,13 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "A request produced its result (verify steps, drafted and accepted tokens: speculative modes).",
         ("request_id", "tokens", "finish_reason", "latency_s", "steps", "drafted", "accepted"),
     ),
+    "server.ready": ("The daemon is bound and serving.", ("endpoint", "model", "mode")),
+    "server.call_failed": ("A client's call was refused; the client got this error.", ("call_id", "error")),
+    "server.client_gone": ("A client vanished (silent, or a reply undeliverable); its requests were aborted.",
+                           ("why", "aborted")),
+    "server.draining": ("SIGTERM/SIGINT: new calls are refused, running requests may finish.",
+                        ("in_flight", "drain_timeout_s")),
+    "server.shutdown": ("The daemon stopped; every accepted request got its result.", ("calls", "in_flight", "aborted")),
     "rollout.summary": (
         "End of a rollout.",
         ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "kv_cache_mb"),

@@ -293,6 +293,60 @@ class AssignmentBatch(_Msg, tag=30):
     assignments: list[Assignment]
 
 
+# --------------------------------------------------------------------------
+# Between RL steps: weight updates, pause / resume
+# --------------------------------------------------------------------------
+
+
+class WeightsChunk(_Msg, tag=31):
+    """Bytes ``offset .. offset+len(data)`` of one tensor of a weight update.
+
+    ``name`` is the Hugging Face parameter name, ``dtype`` a torch dtype name
+    (``float32``, ``bfloat16``, ...), ``total`` the tensor's size in bytes.
+    Raw little-endian bytes: no pickle.
+    """
+
+    update_id: str
+    name: str
+    dtype: str
+    shape: list[int]
+    offset: int
+    total: int
+    data: bytes
+
+
+class WeightsCommit(_Msg, tag=32):
+    """Apply update ``update_id`` (its chunks, or the checkpoint at ``path``) as ``version``.
+
+    ``in_flight``: ``"finish"`` lets running requests finish on the old
+    weights first (new ones wait); ``"abort"`` aborts them.
+    """
+
+    update_id: str
+    version: int
+    in_flight: str = "finish"
+    path: str = ""
+
+
+class Pause(_Msg, tag=33):
+    """Stop stepping after the current step (requests keep their state)."""
+
+    ref: str
+
+
+class Resume(_Msg, tag=34):
+    ref: str
+
+
+class ControlAck(_Msg, tag=35):
+    """Answer to WeightsCommit, Pause or Resume (``ref``: update id or the request's ref)."""
+
+    ref: str
+    ok: bool
+    detail: str = ""
+    version: int = 0
+
+
 class RequestStats(msgspec.Struct, kw_only=True):
     drafted: int = 0
     accepted: int = 0
@@ -337,6 +391,11 @@ Message = Union[
     Assignment,
     RequestResult,
     AssignmentBatch,
+    WeightsChunk,
+    WeightsCommit,
+    Pause,
+    Resume,
+    ControlAck,
 ]
 
 MESSAGE_TYPES: tuple[type[_Msg], ...] = Message.__args__  # type: ignore[attr-defined]

@@ -48,6 +48,12 @@ EXAMPLES: dict[type, p._Msg] = {
         stats=p.RequestStats(drafted=4, accepted=3, verify_steps=2, per_method={"ngram": {"drafted": 4, "accepted": 3}}),
         policy_version=2,
     ),
+    p.WeightsChunk: p.WeightsChunk(update_id="u1", name="model.norm.weight", dtype="bfloat16", shape=[2, 3],
+                                   offset=4, total=12, data=b"\x00\x01\x02\x03"),
+    p.WeightsCommit: p.WeightsCommit(update_id="u1", version=3, in_flight="abort", path="/ckpt"),
+    p.Pause: p.Pause(ref="p1"),
+    p.Resume: p.Resume(ref="p2"),
+    p.ControlAck: p.ControlAck(ref="u1", ok=False, detail="update is missing 1 weight(s)", version=2),
 }
 
 

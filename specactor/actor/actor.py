@@ -224,6 +224,9 @@ class Actor:
                 burst = await self._mailbox.recv_burst()
             for frames in burst:
                 await self._dispatch(frames)
+            # A receive that finds frames waiting does not yield: without this, a flood
+            # (a weight update's chunks) starves the heartbeat and the actor's own loops.
+            await asyncio.sleep(0)
 
     async def _say_goodbye(self) -> None:
         assert self._stop_requested is not None

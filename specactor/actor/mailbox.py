@@ -19,6 +19,9 @@ import zmq
 
 #: Frames handled per wake-up of the receive loop before yielding to others.
 RECV_BURST = 256
+#: ... and at most this many bytes: taking hundreds of megabytes at once (a weight
+#: update's chunks) would keep the event loop, and so the heartbeat, away for seconds.
+RECV_BURST_BYTES = 16 << 20
 
 
 class Readiness:
@@ -88,10 +91,13 @@ class Mailbox:
     async def recv_burst(self) -> list[list[bytes]]:
         """Wait for at least one multipart message, then take what is queued."""
         burst: list[list[bytes]] = []
+        size = 0
         while True:
             try:
-                while len(burst) < RECV_BURST:
-                    burst.append(self.inbox.recv_multipart(zmq.NOBLOCK))
+                while len(burst) < RECV_BURST and size < RECV_BURST_BYTES:
+                    frames = self.inbox.recv_multipart(zmq.NOBLOCK)
+                    burst.append(frames)
+                    size += sum(len(f) for f in frames)
             except zmq.Again:
                 pass
             if burst:

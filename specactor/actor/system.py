@@ -273,9 +273,13 @@ class ActorSystem:
         asyncio.get_running_loop().create_task(self._report_down(member, f"crashed: {task.exception()!r}"))
 
     async def _watch_heartbeats(self) -> None:
+        last = time.monotonic()
         while True:
             await asyncio.sleep(self.heartbeat_s)
             now = time.monotonic()
+            stalled, last = now - last > self.heartbeat_s + self.hung_after_s / 2, now
+            if stalled:  # our own loop was busy: heartbeats may be waiting unread, so judge next round
+                continue
             for member in list(self._members.values()):
                 if member.process is None or member.down or not member.ready.done():
                     continue

@@ -22,6 +22,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.drafters.base import DraftState, Drafter
 from specactor.drafters.registry import make_drafter
+from specactor.weight_update import WeightStaging, read_checkpoint
 
 
 class DraftActor(Actor):
@@ -53,6 +54,9 @@ class DraftActor(Actor):
         self._queued: list[p.Track | p.VerdictBatch | p.Untrack] = []
         self._busy = False
         self._wake = asyncio.Event()
+        self._staging: dict[str, WeightStaging] = {}  # update id -> chunks received so far
+        self._bad_updates: dict[str, str] = {}  # update id -> what was wrong with a chunk
+        self._commits: list[tuple[str, p.WeightsCommit]] = []  # applied between drafting rounds
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
 
     async def on_start(self) -> None:
@@ -74,9 +78,36 @@ class DraftActor(Actor):
                 self._apply_message(msg)
         elif isinstance(msg, p.StatsRequest):
             await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states)}))
+        elif isinstance(msg, p.WeightsChunk):
+            if msg.update_id not in self._bad_updates:
+                try:
+                    self._staging.setdefault(msg.update_id, WeightStaging()).add(msg)
+                except ValueError as exc:
+                    self._bad_updates[msg.update_id] = str(exc)
+                    self._staging.pop(msg.update_id, None)
+        elif isinstance(msg, p.WeightsCommit):
+            self._commits.append((sender, msg))
         else:
             raise TypeError(f"DraftActor does not handle {type(msg).__name__}")
         self._wake.set()
+
+    async def _apply_commits(self) -> None:
+        """Load committed weight updates (between drafting rounds: never during a proposal).
+        Drafts are only proposals, so a drafter may switch weights while requests run."""
+        commits, self._commits = self._commits, []
+        for sender, commit in commits:
+            staging = self._staging.pop(commit.update_id, None)
+            error = self._bad_updates.pop(commit.update_id, "")
+            load = getattr(self.drafter, "load_weights", None)
+            if not error and load is not None:
+                try:
+                    state = read_checkpoint(commit.path) if commit.path else \
+                        (staging or WeightStaging()).state_dict()
+                    await self.run_blocking(load, state)
+                except (ValueError, OSError, KeyError, RuntimeError) as exc:
+                    error = str(exc)
+            await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
+                                                 version=commit.version))
 
     def _apply_message(self, msg: p.Track | p.VerdictBatch | p.Untrack) -> None:
         if isinstance(msg, p.Track):
@@ -134,6 +165,8 @@ class DraftActor(Actor):
     async def _drafting_loop(self) -> None:
         assert self.drafter is not None
         while True:
+            if self._commits:
+                await self._apply_commits()
             ready = self._ready()
             if not ready:
                 self._wake.clear()

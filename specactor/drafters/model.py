@@ -83,6 +83,8 @@ class ModelDrafter:
             noise at the request's temperature (greedy at 0); ``"argmax"``
             always drafts the draft model's most likely token.
         device: where its cache lives (the model's device).
+        quant: how ``model`` was made from float32 weights (``fp32``,
+            ``bf16``, ``int8w``, ``int8``); :meth:`load_weights` does the same.
     """
 
     name = "model"
@@ -95,12 +97,14 @@ class ModelDrafter:
         *,
         noise: str = "shared",
         device: torch.device | str = "cpu",
+        quant: str = "fp32",
     ) -> None:
         if noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1, got {max_slots}")
         self.model = model
+        self.quant = quant  # how ``model`` was made from float32 weights (for weight updates)
         self.noise = noise
         self.device = torch.device(device)
         self.vocab_size = model.cfg.vocab_size
@@ -151,6 +155,19 @@ class ModelDrafter:
         self._slot[rid] = slot
         self._cached.append([])
         self.cache.lengths[slot] = 0  # filled lazily, batched, by the first proposal
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """New weights (Hugging Face names; the target's after an RL step), made into a
+        draft model as before; every cached context is recomputed on its next proposal."""
+        from specactor.weight_update import checked_update
+
+        fresh = CausalLM(self.model.cfg)
+        checked_update(fresh, state)
+        fresh.load_hf_state_dict(state)
+        self.model = as_draft_model(fresh.eval(), self.quant).to(self.device)
+        for slot in range(len(self._ids)):
+            self._cached[slot] = []
+            self.cache.lengths[slot] = 0
 
     def observe(self, state: DraftState, start: int, tokens: list[int]) -> None:
         """Nothing to do: the next proposal rolls the cache back to the common prefix."""
@@ -392,9 +409,13 @@ def load_draft_model(folder: str | os.PathLike[str], quant: str = DEFAULT_QUANT)
 
     if quant not in QUANT_MODES:
         raise ValueError(f"quant must be one of {QUANT_MODES}, got {quant!r}")
+    return as_draft_model(load_causal_lm(Path(folder)), quant)
+
+
+def as_draft_model(model: CausalLM, quant: str) -> CausalLM:
+    """A float32 ``model`` made into a draft model (see :func:`load_draft_model`)."""
     if quant == "bf16":
-        return load_causal_lm(Path(folder), dtype=torch.bfloat16)
-    model = load_causal_lm(Path(folder))
+        return model.to(torch.bfloat16)
     if quant == "fp32":
         return model
     try:
@@ -417,4 +438,5 @@ def default_model_drafter(
 
     For the default model, ``folder`` is ``specactor.models.resolve_model(None)``.
     """
-    return ModelDrafter(load_draft_model(folder, quant), max_slots=max_slots, max_len=max_len, noise=noise)
+    return ModelDrafter(load_draft_model(folder, quant), max_slots=max_slots, max_len=max_len, noise=noise,
+                        quant=quant)

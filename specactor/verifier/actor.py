@@ -29,6 +29,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.verifier.engine import Engine, Sequence, derive_seed
 from specactor.verifier.verifier import Verifier
+from specactor.weight_update import IN_FLIGHT, WeightStaging, checked_update, read_checkpoint
 
 
 class VerifyActor(Actor):
@@ -59,6 +60,12 @@ class VerifyActor(Actor):
         self.policy = policy  # actor that gets every VerdictBatch, if any
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
+        self.version = 0  # policy version of the weights; every result carries it
+        self.paused = False
+        self._staging: dict[str, WeightStaging] = {}  # update id -> chunks received so far
+        self._bad_updates: dict[str, str] = {}  # update id -> what was wrong with a chunk
+        self._update: tuple[str, p.WeightsCommit] | None = None  # committed, waiting for running requests
+        self._held: list[tuple[str, p.Message]] = []  # requests that arrived during an update
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
                                         "waited_s": 0.0}
 
@@ -99,10 +106,20 @@ class VerifyActor(Actor):
             assert self.verifier is not None
             for d in msg.drafts:
                 self.verifier.add_draft(d.request_id, d.method, d.start, d.tokens)
-        elif isinstance(msg, (p.GenerateRequest, p.AbortRequest, p.Assignment, p.AssignmentBatch)):
+        elif isinstance(msg, (p.GenerateRequest, p.AbortRequest, p.Assignment, p.AssignmentBatch, p.WeightsCommit,
+                              p.Pause, p.Resume)):
             self._inbox.append((sender, msg))
+        elif isinstance(msg, p.WeightsChunk):
+            if msg.update_id not in self._bad_updates:
+                try:
+                    self._staging.setdefault(msg.update_id, WeightStaging()).add(msg)
+                except ValueError as exc:  # reported when the update is committed
+                    self._bad_updates[msg.update_id] = str(exc)
+                    self._staging.pop(msg.update_id, None)
         elif isinstance(msg, p.StatsRequest):
-            await self.send(sender, p.StatsReply(name=self.name, values=dict(self.stats)))
+            values = {**self.stats, "version": self.version, "paused": int(self.paused),
+                      "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held)}
+            await self.send(sender, p.StatsReply(name=self.name, values=values))
         else:
             raise TypeError(f"VerifyActor does not handle {type(msg).__name__}")
         self._wake.set()
@@ -118,11 +135,77 @@ class VerifyActor(Actor):
                 for one in msg.assignments:
                     await self._assign(one)
             elif isinstance(msg, p.GenerateRequest):
-                await self._admit(sender, msg)
+                if self._update is not None:  # starts on the new weights
+                    self._held.append((sender, msg))
+                else:
+                    await self._admit(sender, msg)
             elif isinstance(msg, p.AbortRequest):
-                seq = self.verifier.abort(msg.request_id)
-                if seq is not None:
-                    await self._result(seq, error=msg.reason)
+                await self._abort(msg.request_id, msg.reason)
+            elif isinstance(msg, p.WeightsCommit):
+                await self._commit(sender, msg)
+            elif isinstance(msg, (p.Pause, p.Resume)):
+                self.paused = isinstance(msg, p.Pause)
+                await self.send(sender, p.ControlAck(ref=msg.ref, ok=True, version=self.version))
+
+    async def _abort(self, request_id: str, reason: str) -> None:
+        assert self.verifier is not None
+        seq = self.verifier.abort(request_id)
+        if seq is not None:
+            await self._result(seq, error=reason)
+            return
+        for i, (held_sender, held) in enumerate(self._held):
+            if isinstance(held, p.GenerateRequest) and held.request_id == request_id:
+                del self._held[i]
+                await self.send(held.reply_to or held_sender, p.RequestResult(
+                    request_id=request_id, prompt_ids=list(held.prompt_ids), token_ids=[], logprobs=[],
+                    finish_reason=p.FinishReason.ABORT, error=reason, policy_version=self.version))
+                return
+
+    async def _commit(self, sender: str, msg: p.WeightsCommit) -> None:
+        """Start a weight update: abort or drain the running requests, hold new ones."""
+        assert self.verifier is not None
+        problem = ""
+        if self._update is not None:
+            problem = f"update {self._update[1].update_id!r} is still being applied"
+        elif msg.in_flight not in IN_FLIGHT:
+            problem = f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {msg.in_flight!r}"
+        elif msg.version <= self.version:
+            problem = f"version {msg.version} is not newer than the running version {self.version}"
+        if problem:
+            self._staging.pop(msg.update_id, None)
+            self._bad_updates.pop(msg.update_id, None)
+            await self.send(sender, p.ControlAck(ref=msg.update_id, ok=False, detail=problem, version=self.version))
+            return
+        self._update = (sender, msg)
+        if msg.in_flight == "abort":
+            for request_id in list(self.verifier.sequences):
+                await self._abort(request_id, f"aborted for the weight update to version {msg.version}")
+
+    async def _apply_update(self) -> None:
+        """Every running request has finished: load the new weights, then admit the held requests."""
+        assert self.verifier is not None and self._update is not None
+        sender, commit = self._update
+        staging = self._staging.pop(commit.update_id, None)
+        error = self._bad_updates.pop(commit.update_id, "")
+        model = self.verifier.engine.model
+
+        def load() -> None:
+            state = read_checkpoint(commit.path) if commit.path else (staging or WeightStaging()).state_dict()
+            checked_update(model, state)  # before anything changes: a bad update leaves the weights as they were
+            model.load_hf_state_dict(state)
+
+        if not error:
+            try:
+                await self.run_blocking(load)
+            except (ValueError, OSError, KeyError, RuntimeError) as exc:
+                error = str(exc)
+        if not error:
+            self.version = commit.version
+        self._update = None
+        self.log.info("verify.weights", version=self.version, update_id=commit.update_id, ok=not error,
+                      error=error, held=len(self._held))
+        await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error, version=self.version))
+        self._inbox[:0], self._held = self._held, []
 
     async def _admit(self, sender: str, msg: p.GenerateRequest) -> None:
         assert self.verifier is not None
@@ -135,7 +218,7 @@ class VerifyActor(Actor):
             self.assignments.pop(msg.request_id, None)
             await self.send(reply_to, p.RequestResult(
                 request_id=msg.request_id, prompt_ids=list(msg.prompt_ids), token_ids=[], logprobs=[],
-                finish_reason=p.FinishReason.ERROR, error=str(exc)))
+                finish_reason=p.FinishReason.ERROR, error=str(exc), policy_version=self.version))
             return
         self.reply_to[msg.request_id] = reply_to
         assignment = self.assignments.get(msg.request_id) or self.assignments.get("*")
@@ -199,7 +282,10 @@ class VerifyActor(Actor):
         verifier = self.verifier
         while True:
             await self._take_inbox()
-            if not verifier.has_work:
+            if self._update is not None and not verifier.has_work:
+                await self._apply_update()
+                continue
+            if not verifier.has_work or self.paused:
                 self._wake.clear()
                 if not self._inbox:
                     await self._wake.wait()
@@ -261,7 +347,7 @@ class VerifyActor(Actor):
             finish_reason=seq.finish_reason or p.FinishReason.ERROR,
             stats=p.RequestStats(drafted=seq.drafted, accepted=seq.accepted, verify_steps=seq.steps,
                                  per_method=seq.per_method),
-            error=error))
+            policy_version=self.version, error=error))
 
 
 def _per_method(verdicts: list[p.Verdict]) -> dict[str, list[int]]:

@@ -1,0 +1,87 @@
+"""An async GRPO-style loop on HumanEval with the rollout engine embedded.
+
+    python examples/grpo_humaneval.py [--epochs 3] [--prompts 8] [--n 4] [--max-tokens 160]
+
+Each epoch: roll out ``n`` samples per prompt through RolloutEngine (SpecActor
+mode: decoupled drafters steered by the Fastest-of-N policy), reward every
+sample by running the problem's HumanEval tests in a subprocess, take one real
+policy-gradient step on the model in torch (CPU), and push the new weights
+into the engine with ``update_weights`` (the policy version goes up; every
+result says which version produced it). The same prompts come back each epoch,
+so the history drafter (``suffix``) can draft from the previous epochs'
+samples: watch acceptance and rollout tokens/s rise in later epochs.
+
+Takes about 5 minutes on a 2-core CPU with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.models import resolve_model
+from specactor.prompts import humaneval_problems, humaneval_prompts
+from specactor.protocol import SamplingParams
+from specactor.rl.grpo import GRPOTrainer, Sample
+from specactor.rl.reward import score
+from specactor.tokenizer import Tokenizer
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=8, help="HumanEval problems per epoch")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt (the GRPO group)")
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--lr", type=float, default=2e-6)
+    parser.add_argument("--mode", default="specactor", choices=["autoregressive", "coupled", "specactor"])
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
+    folder = resolve_model(None)
+    tok = Tokenizer(folder)
+    problems = humaneval_problems(args.prompts)
+    prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
+                  for p in humaneval_prompts(args.prompts)]
+    trainer = GRPOTrainer(folder, lr=args.lr, temperature=args.temperature)
+    config = EngineConfig(mode=args.mode, drafters=["ngram", "suffix"], max_batch=args.prompts * args.n,
+                          max_len=max(map(len, prompt_ids)) + args.max_tokens)
+    print(f"{args.prompts} HumanEval problems x {args.n} samples, {args.max_tokens} tokens max, "
+          f"T={args.temperature}, mode {args.mode}")
+    print("epoch | version | reward | solved | rollout s | tokens | tokens/s | accepted/drafted | train s")
+    async with RolloutEngine(config) as engine:
+        for epoch in range(args.epochs):
+            params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, n=args.n,
+                                    seed=args.seed * 1000 + epoch)
+            t0 = time.perf_counter()
+            results = await engine.generate(prompt_ids, params, request_ids=[p["task_id"] for p in problems])
+            rollout_s = time.perf_counter() - t0
+            texts = [tok.decode(r.token_ids) for r in results]
+            rewards = await score(texts, [p for p in problems for _ in range(args.n)])
+            groups = [[Sample(r.prompt_ids, r.token_ids, reward)
+                       for r, reward in zip(results[i * args.n:(i + 1) * args.n], rewards[i * args.n:(i + 1) * args.n])]
+                      for i in range(len(problems))]
+            t1 = time.perf_counter()
+            # training runs on a worker thread so the engine's actors stay responsive
+            stats = await asyncio.to_thread(trainer.step, groups)
+            version = await engine.update_weights(trainer.state_dict())
+            train_s = time.perf_counter() - t1
+            tokens = sum(len(r.token_ids) for r in results)
+            drafted = sum(r.stats.drafted for r in results)
+            accepted = sum(r.stats.accepted for r in results)
+            used = {r.policy_version for r in results}
+            print(f"{epoch:5d} | {','.join(map(str, sorted(used))):>7} | {sum(rewards) / len(rewards):6.3f} | "
+                  f"{sum(r >= 0.999 for r in rewards):3d}/{len(rewards):<3d}| {rollout_s:9.1f} | {tokens:6d} | "
+                  f"{tokens / rollout_s:8.1f} | {accepted:5d}/{drafted:<6d}({accepted / max(drafted, 1):4.0%}) | "
+                  f"{train_s:5.1f}   (step: {int(stats['samples'])} samples with advantage, "
+                  f"grad norm {stats['grad_norm']:.2f}; weights -> version {version})", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

@@ -1,0 +1,1 @@
+"""`specactor bench`: the rollout workload against the baselines (see suite.py)."""

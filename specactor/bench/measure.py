@@ -1,0 +1,102 @@
+"""What one benchmark run measures: makespan, tokens/s over time, the tail, peak memory."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+
+class PeakMemory:
+    """Samples the RSS of this process and all its children (the engine's actors) in a thread."""
+
+    def __init__(self, interval_s: float = 0.02) -> None:
+        self.interval_s = interval_s
+        self.peak_mb = self.tree_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def tree_mb() -> float:
+        me = psutil.Process(os.getpid())
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return total / 2**20
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_mb = max(self.peak_mb, self.tree_mb())
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, self.tree_mb())
+
+
+@dataclass
+class RunRecord:
+    """One mode, one temperature, one epoch."""
+
+    mode: str
+    temperature: float
+    epoch: int
+    makespan_s: float = 0.0
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    verified_drafts: int = 0  # drafts that reached the verifier (for the mean accepted length)
+    peak_mb: float = 0.0  # of the whole process tree, during the run
+    added_mb: float = 0.0  # peak minus what the process tree held before the mode started
+    finishes: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens) per sample
+    outputs: dict[str, list[int]] = field(default_factory=dict)
+    differing: int | None = None  # samples whose tokens differ from autoregressive (None: not comparable)
+    policy_version: int | None = None
+
+    def set_memory(self, memory: PeakMemory, before_mb: float) -> None:
+        self.peak_mb, self.added_mb = memory.peak_mb, memory.peak_mb - before_mb
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.makespan_s if self.makespan_s else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return self.accepted / self.verified_drafts if self.verified_drafts else None
+
+    @property
+    def tail_s(self) -> float:
+        """Time after 90% of the samples had finished."""
+        if not self.finishes:
+            return 0.0
+        times = sorted(t for t, _ in self.finishes)
+        return self.makespan_s - times[max(math.ceil(0.9 * len(times)) - 1, 0)]
+
+    def summary(self) -> dict:
+        return {"mode": self.mode, "temperature": self.temperature, "epoch": self.epoch,
+                "makespan_s": round(self.makespan_s, 3), "tokens": self.tokens,
+                "tokens_per_s": round(self.tokens_per_s, 2), "drafted": self.drafted, "accepted": self.accepted,
+                "mean_accepted_length": None if self.mean_accepted_length is None
+                else round(self.mean_accepted_length, 3),
+                "tail_s": round(self.tail_s, 3), "peak_mb": round(self.peak_mb), "added_mb": round(self.added_mb),
+                "differing": self.differing, "policy_version": self.policy_version,
+                "finishes": [(round(t, 3), n) for t, n in self.finishes]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start

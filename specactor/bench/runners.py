@@ -1,0 +1,188 @@
+"""One runner per kind of mode: our engine (autoregressive, coupled, specactor),
+transformers ``generate`` (plain, and with prompt lookup), and vLLM when installed.
+
+Each runs every epoch of one temperature on the same prompts and seeds, loads
+the same policy update between epochs, and returns a RunRecord per epoch.
+Model loading and process start-up are outside the timed part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specactor.bench.measure import Clock, PeakMemory, RunRecord
+from specactor.protocol import SamplingParams
+from specactor.verifier.engine import derive_seed
+
+
+@dataclass
+class Workload:
+    """HumanEval prompts x ``n`` samples, responses as long as the model's EOS makes them."""
+
+    folder: Any
+    prompt_ids: list[list[int]]
+    problems: list[dict[str, Any]]
+    n: int
+    max_tokens: int
+    epochs: int
+    eos: set[int] = field(default_factory=set)
+
+    def request_ids(self) -> list[str]:
+        return [p["task_id"] for p in self.problems]
+
+    def seed(self, epoch: int) -> int:
+        return 1000 + epoch
+
+    def params(self, temperature: float, epoch: int) -> SamplingParams:
+        return SamplingParams(temperature=temperature, max_tokens=self.max_tokens, n=self.n, seed=self.seed(epoch))
+
+    def sample_ids(self) -> list[str]:
+        return [f"{rid}#{s}" for rid in self.request_ids() for s in range(self.n)]
+
+
+@dataclass
+class Mode:
+    name: str
+    kind: str  # engine | transformers | vllm
+    engine_mode: str = "autoregressive"
+    drafters: list[str] = field(default_factory=list)
+    prompt_lookup: int = 0
+
+
+async def run_engine(mode: Mode, work: Workload, temperature: float,
+                     update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+    """Our engine, verifier in its own process; epochs on one engine, so drafters keep their history."""
+    from specactor.coordinator import EngineConfig, RolloutEngine
+
+    config = EngineConfig(mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
+                          max_batch=len(work.prompt_ids) * work.n,
+                          max_len=max(map(len, work.prompt_ids)) + work.max_tokens, transport="ipc", processes=True)
+    records = []
+    before = PeakMemory.tree_mb()
+    async with RolloutEngine(config) as engine:
+        for epoch in range(work.epochs):
+            if epoch and update is not None:
+                await engine.update_weights(update)
+            record = RunRecord(mode.name, temperature, epoch)
+            with PeakMemory() as memory:
+                clock = Clock()
+                async for result in engine.stream(work.prompt_ids, work.params(temperature, epoch),
+                                                  work.request_ids()):
+                    record.finishes.append((clock.now(), len(result.token_ids)))
+                    record.outputs[result.request_id] = result.token_ids
+                    record.tokens += len(result.token_ids)
+                    record.drafted += result.stats.drafted
+                    record.accepted += result.stats.accepted
+                    record.verified_drafts += sum(m.get("steps", 0) for m in result.stats.per_method.values())
+                    record.policy_version = result.policy_version
+                record.makespan_s = clock.now()
+            record.set_memory(memory, before)
+            records.append(record)
+    return records
+
+
+def _trim(tokens: list[int], eos: set[int]) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+def run_transformers(mode: Mode, work: Workload, temperature: float,
+                     update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+    """transformers ``generate``: plain, batched with left padding (all samples at once, as a user
+    would); with prompt lookup one sample at a time (transformers allows no batch there)."""
+    import transformers
+
+    before = PeakMemory.tree_mb()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(work.folder), dtype=torch.float32).eval()
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
+        dict(do_sample=False)
+    common = dict(max_new_tokens=work.max_tokens, eos_token_id=sorted(work.eos), pad_token_id=0, **sampling)
+    rows = [(sid, prompt) for prompt, rid in zip(work.prompt_ids, work.request_ids())
+            for sid in (f"{rid}#{s}" for s in range(work.n))]
+    records = []
+    for epoch in range(work.epochs):
+        if epoch and update is not None:
+            hf.load_state_dict(update, strict=False)
+        record = RunRecord(mode.name, temperature, epoch)
+        torch.manual_seed(work.seed(epoch))
+        with PeakMemory() as memory, torch.no_grad():
+            clock = Clock()
+            if mode.prompt_lookup:
+                for sid, prompt in rows:
+                    out = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                      prompt_lookup_num_tokens=mode.prompt_lookup, **common)
+                    record.outputs[sid] = _trim(out[0, len(prompt):].tolist(), work.eos)
+                    record.finishes.append((clock.now(), len(record.outputs[sid])))
+            else:
+                width = max(len(p) for _, p in rows)
+                ids = torch.tensor([[0] * (width - len(p)) + p for _, p in rows])
+                mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for _, p in rows])
+                out = hf.generate(ids, attention_mask=mask, **common)
+                done = clock.now()  # a padded batch returns every sample at once
+                for (sid, _), row in zip(rows, out[:, width:].tolist()):
+                    record.outputs[sid] = _trim(row, work.eos)
+                    record.finishes.append((done, len(record.outputs[sid])))
+            record.makespan_s = clock.now()
+        record.tokens = sum(len(t) for t in record.outputs.values())
+        record.set_memory(memory, before)
+        records.append(record)
+    return records
+
+
+def vllm_available() -> str | None:
+    """None if vLLM can run here, else why not."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return "vllm is not installed (pip install 'specactor[vllm]' on a GPU machine)"
+    if not torch.cuda.is_available():
+        return "vllm needs a GPU and this machine has none"
+    return None
+
+
+def run_vllm(mode: Mode, work: Workload, temperature: float,
+             update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+    """vLLM's offline engine on the same prompts (its sampler differs: no token identity).
+    Not exercised on the CPU machines this project is developed on."""
+    import vllm
+
+    before = PeakMemory.tree_mb()
+    llm = vllm.LLM(model=str(work.folder), dtype="float32", seed=0)
+    records = []
+    for epoch in range(work.epochs):
+        if epoch and update is not None:
+            llm.collective_rpc("load_weights", kwargs={"weights": list(update.items())})
+        params = [vllm.SamplingParams(temperature=temperature, max_tokens=work.max_tokens,
+                                      seed=derive_seed(work.seed(epoch), s)) for _ in work.prompt_ids
+                  for s in range(work.n)]
+        prompts = [vllm.TokensPrompt(prompt_token_ids=p) for p in work.prompt_ids for _ in range(work.n)]
+        record = RunRecord(mode.name, temperature, epoch)
+        with PeakMemory() as memory:
+            clock = Clock()
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            record.makespan_s = clock.now()
+        for sid, out in zip(work.sample_ids(), outs):
+            record.outputs[sid] = list(out.outputs[0].token_ids)
+            record.finishes.append((record.makespan_s, len(record.outputs[sid])))
+        record.tokens = sum(len(t) for t in record.outputs.values())
+        record.set_memory(memory, before)
+        records.append(record)
+    return records
+
+
+def run_mode(mode: Mode, work: Workload, temperature: float,
+             update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+    if mode.kind == "engine":
+        return asyncio.run(run_engine(mode, work, temperature, update))
+    if mode.kind == "transformers":
+        return run_transformers(mode, work, temperature, update)
+    if mode.kind == "vllm":
+        return run_vllm(mode, work, temperature, update)
+    raise ValueError(f"unknown mode kind {mode.kind!r}")
+

@@ -1,0 +1,158 @@
+"""``specactor bench``: the long-tail RL rollout workload, every mode side by side.
+
+For each temperature: ``autoregressive`` runs first; its first epoch is
+rewarded with the HumanEval tests and one real GRPO step is taken on the
+model; every mode then runs epoch 1 on the base weights, loads that same
+update, and runs epoch 2 on the same prompts (new seeds), with the first
+epoch's samples in its drafters' history. Our engine's outputs are compared
+token for token with ``autoregressive``; transformers and vLLM sample
+differently, so they are compared only at temperature 0 (greedy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specactor.bench.measure import RunRecord
+from specactor.bench.runners import Mode, Workload, run_mode, vllm_available
+from specactor.memory import release_freed_memory
+
+MODES: dict[str, Mode] = {
+    "autoregressive": Mode("autoregressive", "engine", "autoregressive"),
+    "transformers": Mode("transformers", "transformers"),
+    "transformers+pld": Mode("transformers+pld", "transformers", prompt_lookup=10),
+    "coupled ngram": Mode("coupled ngram", "engine", "coupled", ["ngram"]),
+    "coupled suffix": Mode("coupled suffix", "engine", "coupled", ["suffix"]),
+    "specactor": Mode("specactor", "engine", "specactor", ["ngram", "suffix"]),
+    "vllm": Mode("vllm", "vllm"),
+}
+
+
+@dataclass
+class BenchOptions:
+    prompts: int = 6
+    n: int = 4
+    max_tokens: int = 160
+    temperatures: tuple[float, ...] = (1.0, 0.7, 0.0)
+    epochs: int = 2
+    modes: tuple[str, ...] = tuple(MODES)
+    out: str = "bench/results/suite"
+    lr: float = 2e-6
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> "BenchOptions":
+        return cls(**{"prompts": 2, "n": 4, "max_tokens": 48, "temperatures": (1.0, 0.0), **overrides})
+
+
+def build_workload(opts: BenchOptions) -> Workload:
+    from specactor.models import resolve_model
+    from specactor.prompts import humaneval_problems, humaneval_prompts
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.config import ModelConfig
+
+    folder = resolve_model(None)
+    tok = Tokenizer(folder)
+    prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
+                  for p in humaneval_prompts(opts.prompts)]
+    eos = set(ModelConfig.from_dir(folder).eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None
+                                                              else set())
+    return Workload(folder, prompt_ids, humaneval_problems(opts.prompts), opts.n, opts.max_tokens, opts.epochs, eos)
+
+
+def policy_update(work: Workload, temperature: float, lr: float) -> tuple[dict, dict]:
+    """The update every mode loads before epoch 2: epoch 1 of the workload decoded
+    autoregressively (what every lossless mode returns), rewarded by the HumanEval tests,
+    then one GRPO step. Made before any mode is timed, so all of them hold it alike."""
+    import asyncio
+
+    from specactor.protocol import SamplingParams
+    from specactor.rl.grpo import GRPOTrainer, Sample
+    from specactor.rl.reward import score
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.engine import Engine, Sequence, derive_seed
+    from specactor.verifier.weights import load_causal_lm
+
+    params = work.params(temperature, 0)
+    seqs = [Sequence(sid, prompt, SamplingParams(temperature=temperature, max_tokens=work.max_tokens,
+                                                 seed=derive_seed(params.seed, s)), seed=derive_seed(params.seed, s))
+            for prompt, rid in zip(work.prompt_ids, work.request_ids()) for s, sid in
+            enumerate(f"{rid}#{s}" for s in range(work.n))]
+    Engine(load_causal_lm(work.folder), max_batch=len(seqs), max_len=max(map(len, work.prompt_ids)) + work.max_tokens,
+           eos_token_ids=work.eos).run(seqs)
+    tok = Tokenizer(work.folder)
+    problems = [p for p in work.problems for _ in range(work.n)]
+    rewards = asyncio.run(score([tok.decode(s.output_ids) for s in seqs], problems))
+    samples = [Sample(s.prompt_ids, s.output_ids, r) for s, r in zip(seqs, rewards)]
+    trainer = GRPOTrainer(work.folder, lr=lr, temperature=temperature if temperature > 0 else 1.0)
+    stats = trainer.step([samples[i:i + work.n] for i in range(0, len(samples), work.n)])
+    state = {k: v.clone() for k, v in trainer.state_dict().items()}
+    return state, {"mean_reward": sum(rewards) / len(rewards), **stats}
+
+
+def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
+    unknown = [m for m in opts.modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
+    if not opts.modes or opts.modes[0] != "autoregressive":
+        raise ValueError("the autoregressive mode must come first: it is the baseline every mode is compared with")
+    work = build_workload(opts)
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(["specactor", "bench", *sys.argv[2:]]),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+        "workload": {"prompts": opts.prompts, "n": opts.n, "max_tokens": opts.max_tokens, "epochs": opts.epochs,
+                     "temperatures": list(opts.temperatures)},
+        "runs": [], "updates": {}, "skipped": {}}
+    why_no_vllm = vllm_available()
+    for temperature in opts.temperatures:
+        update = None
+        if opts.epochs > 1:
+            update, stats = policy_update(work, temperature, opts.lr)
+            report["updates"][str(temperature)] = stats
+            progress(f"T={temperature:g} policy update for epoch 2: mean reward {stats['mean_reward']:.3f}, "
+                     f"{int(stats['samples'])} samples with advantage, grad norm {stats['grad_norm']:.3f}")
+        baseline: list[RunRecord] = []
+        for name in opts.modes:
+            if name == "vllm" and why_no_vllm:
+                report["skipped"]["vllm"] = why_no_vllm
+                progress(f"vllm skipped: {why_no_vllm}")
+                continue
+            progress(f"T={temperature:g} {name} ...")
+            records = run_mode(MODES[name], work, temperature, update)
+            if name == "autoregressive":
+                baseline = records
+            comparable = MODES[name].kind == "engine" or temperature == 0
+            for record, reference in zip(records, baseline):
+                record.differing = sum(record.outputs.get(k) != v for k, v in reference.outputs.items()) \
+                    if comparable else None
+                progress(f"  epoch {record.epoch}: {record.makespan_s:.2f} s, {record.tokens_per_s:.1f} tok/s, "
+                         f"tail {record.tail_s:.2f} s, peak {record.peak_mb:.0f} MB, differing {record.differing}")
+                report["runs"].append(record.summary())
+        del update
+        release_freed_memory()
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def write_outputs(report: dict[str, Any], out: str | Path) -> list[Path]:
+    from specactor.bench.report import markdown, plot
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "suite.json", out / "suite.md"]
+    paths[0].write_text(json.dumps(report, indent=1))
+    paths[1].write_text(markdown(report))
+    try:
+        paths.append(plot(report, out / "suite.png"))
+    except ImportError:
+        pass
+    return paths

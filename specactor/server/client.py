@@ -1,0 +1,183 @@
+"""RolloutClient: the RolloutEngine API against a running ``specactor serve`` daemon.
+
+    async with RolloutClient("tcp://127.0.0.1:5557") as client:
+        results = await client.generate([[1, 2, 3]], SamplingParams(temperature=1.0, n=4))
+        version = await client.update_weights(model.state_dict())
+
+One DEALER socket; a background task routes each reply to its call by
+``call_id``. While calls are outstanding the client sends heartbeats, so a
+daemon can tell a client that died from one that waits for a long rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from typing import Any, AsyncIterator, Sequence as Seq
+
+import zmq
+import zmq.asyncio
+
+from specactor import protocol as p
+from specactor.server import api
+from specactor.server.daemon import DEFAULT_ENDPOINT
+from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict
+
+
+class RemoteError(ValueError):
+    """The daemon refused a call; the message says why (bad input, shutting down, ...)."""
+
+
+class RolloutClient:
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, heartbeat_s: float = 1.0,
+                 timeout_s: float | None = None) -> None:
+        """``timeout_s``: how long to wait for any single reply (None: forever)."""
+        self.endpoint, self.heartbeat_s, self.timeout_s = endpoint, heartbeat_s, timeout_s
+        self._sock: zmq.asyncio.Socket | None = None
+        self._ids = itertools.count(1)
+        self._calls: dict[int, asyncio.Queue[api.Reply]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> "RolloutClient":
+        self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def connect(self) -> None:
+        if self._sock is not None:
+            return
+        sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.endpoint)
+        self._sock = sock
+        self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._heartbeat())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _receive(self) -> None:
+        assert self._sock is not None
+        while True:
+            body = await self._sock.recv()
+            reply = api.decode_reply(body)
+            queue = self._calls.get(reply.call_id) if reply.call_id is not None else None
+            if queue is not None:
+                queue.put_nowait(reply)
+
+    async def _heartbeat(self) -> None:
+        assert self._sock is not None
+        beat = api.encode(api.Heartbeat(call_id=0))
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            if self._calls:
+                await self._sock.send(beat)
+
+    def _socket(self) -> zmq.asyncio.Socket:
+        if self._sock is None:
+            raise RuntimeError("the client is not connected: use 'async with RolloutClient(...)' or connect()")
+        return self._sock
+
+    def _open(self) -> tuple[int, asyncio.Queue[api.Reply]]:
+        self._socket()
+        call_id = next(self._ids)
+        queue: asyncio.Queue[api.Reply] = asyncio.Queue()
+        self._calls[call_id] = queue
+        return call_id, queue
+
+    async def _next(self, queue: asyncio.Queue[api.Reply]) -> api.Reply:
+        try:
+            reply = await asyncio.wait_for(queue.get(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no reply from the daemon at {self.endpoint} within {self.timeout_s} s") from None
+        if isinstance(reply, api.Failure):
+            raise RemoteError(reply.error)
+        return reply
+
+    async def _call(self, make: Any) -> Any:
+        """Send ``make(call_id)`` and return its ``done`` value."""
+        call_id, queue = self._open()
+        try:
+            await self._socket().send(api.encode(make(call_id)))
+            reply = await self._next(queue)
+            return reply.value if isinstance(reply, api.Done) else None
+        finally:
+            self._calls.pop(call_id, None)
+
+    # ------------------------------------------------------------------ the engine's API
+
+    async def stream_indexed(self, prompt_ids: Seq[Seq[int]],
+                             sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
+                             request_ids: Seq[str] | None = None,
+                             model: str | None = None) -> AsyncIterator[tuple[int, p.RequestResult]]:
+        """(index in input order, result) for every sample, as each finishes."""
+        params: Any = sampling_params if isinstance(sampling_params, p.SamplingParams) else list(sampling_params)
+        call_id, queue = self._open()
+        try:
+            await self._socket().send(api.encode(api.Generate(
+                call_id=call_id, prompt_ids=[list(ids) for ids in prompt_ids], sampling_params=params,
+                request_ids=None if request_ids is None else list(request_ids), model=model)))
+            while True:
+                reply = await self._next(queue)
+                if isinstance(reply, api.Done):
+                    return
+                assert isinstance(reply, api.Result)
+                yield reply.index, reply.result
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def stream(self, prompt_ids: Seq[Seq[int]],
+                     sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
+                     request_ids: Seq[str] | None = None, model: str | None = None) -> AsyncIterator[p.RequestResult]:
+        """Like generate, but yields each result as soon as it finishes."""
+        async for _, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model):
+            yield result
+
+    async def generate(self, prompt_ids: Seq[Seq[int]],
+                       sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
+                       request_ids: Seq[str] | None = None, model: str | None = None) -> list[p.RequestResult]:
+        """Every sample's result, in input order (``n`` samples of a prompt side by side)."""
+        results: dict[int, p.RequestResult] = {}
+        async for index, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model):
+            results[index] = result
+        return [results[i] for i in sorted(results)]
+
+    async def abort(self, request_id: str) -> None:
+        await self._call(lambda call_id: api.Abort(call_id=call_id, request_id=request_id))
+
+    async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,
+                             in_flight: str = "finish", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+        """As :meth:`RolloutEngine.update_weights`; a ``path`` must be readable by the daemon."""
+        if (state_dict is None) == (path is None):
+            raise ValueError("update_weights needs exactly one of state_dict and path")
+        update_id = uuid.uuid4().hex
+        if state_dict is not None:
+            sock = self._socket()
+            for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
+                await sock.send(api.encode(api.WeightsChunk(
+                    call_id=0, update_id=update_id, name=chunk.name, dtype=chunk.dtype, shape=chunk.shape,
+                    offset=chunk.offset, total=chunk.total, data=chunk.data)))
+        return await self._call(lambda call_id: api.CommitWeights(
+            call_id=call_id, update_id=update_id, version=version, in_flight=in_flight, path=path))
+
+    async def pause(self) -> None:
+        await self._call(lambda call_id: api.Pause(call_id=call_id))
+
+    async def resume(self) -> None:
+        await self._call(lambda call_id: api.Resume(call_id=call_id))
+
+    async def health(self) -> dict[str, Any]:
+        return await self._call(lambda call_id: api.Health(call_id=call_id))
+
+    async def stats(self) -> dict[str, dict[str, float]]:
+        return await self._call(lambda call_id: api.Stats(call_id=call_id))

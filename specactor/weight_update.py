@@ -1,0 +1,132 @@
+"""Weight updates between RL steps: a state dict as raw-byte chunks, no pickle.
+
+The sender (:func:`chunk_state_dict`) cuts every tensor into
+:class:`~specactor.protocol.WeightsChunk` messages of at most ``chunk_bytes``;
+the receiver (:class:`WeightStaging`) reassembles them, and
+:func:`checked_update` makes sure the result fits the model before anything is
+applied, so a bad update leaves the running weights untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+import torch
+
+from specactor import protocol as p
+
+if TYPE_CHECKING:
+    from specactor.verifier.model import CausalLM
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+IN_FLIGHT = ("finish", "abort")
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(f"weights of dtype {name} cannot be sent: use one of {', '.join(DTYPES)}")
+    return name
+
+
+def chunk_state_dict(update_id: str, state_dict: Mapping[str, torch.Tensor],
+                     chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[p.WeightsChunk]:
+    """The chunks of ``state_dict`` (any device; sent as CPU little-endian bytes)."""
+    if chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"weight {name!r} is a {type(tensor).__name__}, not a tensor")
+        dtype = dtype_name(tensor.dtype)
+        raw = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()
+        total = raw.nbytes
+        for offset in range(0, max(total, 1), chunk_bytes):
+            yield p.WeightsChunk(update_id=update_id, name=name, dtype=dtype, shape=list(tensor.shape),
+                                 offset=offset, total=total, data=raw[offset:offset + chunk_bytes].tobytes())
+
+
+class WeightStaging:
+    """Reassembles the chunks of one update; every inconsistency is a ValueError naming it."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, tuple[str, tuple[int, ...], bytearray, int]] = {}  # name -> dtype, shape, buf, got
+
+    def add(self, chunk: p.WeightsChunk) -> None:
+        name = chunk.name
+        if chunk.dtype not in DTYPES:
+            raise ValueError(f"weight {name!r}: unknown dtype {chunk.dtype!r} (use one of {', '.join(DTYPES)})")
+        if any(n < 0 for n in chunk.shape):
+            raise ValueError(f"weight {name!r}: negative dimension in shape {chunk.shape}")
+        shape = tuple(chunk.shape)
+        expected = DTYPES[chunk.dtype].itemsize * _numel(shape)
+        if chunk.total != expected:
+            raise ValueError(f"weight {name!r}: total {chunk.total} bytes does not match {chunk.dtype} "
+                             f"{list(shape)} ({expected} bytes)")
+        if name not in self._buffers:
+            self._buffers[name] = (chunk.dtype, shape, bytearray(chunk.total), 0)
+        dtype, known_shape, buf, got = self._buffers[name]
+        if (dtype, known_shape) != (chunk.dtype, shape):
+            raise ValueError(f"weight {name!r}: chunks disagree on dtype/shape ({dtype} {list(known_shape)} "
+                             f"vs {chunk.dtype} {list(shape)})")
+        end = chunk.offset + len(chunk.data)
+        if chunk.offset < 0 or end > len(buf):
+            raise ValueError(f"weight {name!r}: chunk at bytes {chunk.offset}..{end} is outside its "
+                             f"{len(buf)} bytes")
+        buf[chunk.offset:end] = chunk.data
+        self._buffers[name] = (dtype, shape, buf, got + len(chunk.data))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The reassembled tensors; ValueError if any tensor is incomplete."""
+        out = {}
+        for name, (dtype, shape, buf, got) in self._buffers.items():
+            if got != len(buf):
+                raise ValueError(f"weight {name!r}: received {got} of {len(buf)} bytes")
+            out[name] = torch.frombuffer(buf, dtype=torch.uint8).view(DTYPES[dtype]).reshape(shape) if buf \
+                else torch.empty(shape, dtype=DTYPES[dtype])
+        return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """Weights from a ``.safetensors`` file or a folder of them."""
+    from safetensors.torch import load_file
+
+    from specactor.verifier.weights import load_state_dict
+
+    path = Path(path)
+    if path.is_dir():
+        return load_state_dict(path)
+    if path.suffix == ".safetensors" and path.is_file():
+        return load_file(path)
+    raise FileNotFoundError(f"checkpoint {path} is neither a .safetensors file nor a folder of them")
+
+
+def checked_update(model: "CausalLM", state: Mapping[str, torch.Tensor]) -> None:
+    """Raise ValueError unless ``state`` holds every weight ``model`` reads, with its shape,
+    and nothing else (``lm_head.weight`` is optional when the embeddings are tied)."""
+    expected = model.hf_shapes()
+    unknown = sorted(set(state) - set(expected))
+    if unknown:
+        raise ValueError(f"update has {len(unknown)} unknown weight(s), e.g. {unknown[0]!r}")
+    optional = {"lm_head.weight"} if model.cfg.tie_word_embeddings else set()
+    missing = sorted(set(expected) - set(state) - optional)
+    if missing:
+        raise ValueError(f"update is missing {len(missing)} weight(s), e.g. {missing[0]!r}: send the whole "
+                         f"state dict")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name]):
+            raise ValueError(f"weight {name!r} has shape {list(tensor.shape)}, the model needs "
+                             f"{list(expected[name])}")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ValueError(f"weight {name!r} holds NaN or infinite values")
