@@ -179,10 +179,10 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "The default size takes about 15 minutes on 2 CPU cores; --quick about 3.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    bench.add_argument("--quick", action="store_true", help="2 prompts x 4 samples, 48 tokens, T=1 and 0")
-    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 6; quick 2)")
-    bench.add_argument("--n", type=_positive_int, default=None, help="samples per prompt (default 4)")
-    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 160; quick 48)")
+    bench.add_argument("--quick", action="store_true", help="2 prompts x 2 samples, 40 tokens, T=1 and 0 (under 3 minutes)")
+    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 4; quick 2)")
+    bench.add_argument("--n", type=_positive_int, default=None, help="samples per prompt (default 4; quick 2)")
+    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 96; quick 40)")
     bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0.7,0; quick 1,0)")
     bench.add_argument("--epochs", type=_positive_int, default=None, help="rollout epochs (default 2)")
     bench.add_argument("--modes", default=None,

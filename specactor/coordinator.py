@@ -198,11 +198,13 @@ class RolloutEngine:
                            "policy": "policy" if use_policy else None}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
+            # cheap drafters share this process; a model drafter gets its own. Only an actor with a
+            # process of its own sets torch's thread count: it is global to the process, and the
+            # caller's (an RL loop training in this process) must stay as it is.
+            own_process = cfg.processes and method == "model"
             kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
-                      "threads": cfg.drafter_threads}
-            # cheap drafters share this process; a model drafter gets its own
-            await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs,
-                              cfg.processes and method == "model")
+                      "threads": cfg.drafter_threads if own_process else None}
+            await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
                               {"methods": cfg.active_drafters, "max_window": cfg.window, "profile": cfg.profile,

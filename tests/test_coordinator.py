@@ -89,6 +89,24 @@ async def test_history_drafting_learns_from_the_previous_rollout(default_model, 
     assert rates[1] > rates[0] * 1.2, rates
 
 
+async def test_engine_leaves_the_callers_torch_threads_alone(session_cache, monkeypatch) -> None:
+    """Cheap drafters share the caller's process; torch's thread count is process-global, and an
+    RL loop that trains in this process must keep all of its threads (it once dropped to 1)."""
+    import torch
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        config = EngineConfig(mode="specactor", drafters=["ngram", "suffix"], max_len=128, max_batch=2)
+        async with RolloutEngine(config) as engine:
+            await engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4, seed=0))
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 async def test_bad_configuration_is_refused_clearly() -> None:
     with pytest.raises(ValueError, match="unknown drafting method 'eagle'"):
         RolloutEngine(EngineConfig(drafters=["eagle"]))

@@ -19,7 +19,7 @@ def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
-             f"up to {w['max_tokens']} tokens (the model's EOS ends most earlier), {w['epochs']} epoch(s); epoch 2 "
+             f"capped at {w['max_tokens']} tokens (the model's EOS ends many earlier), {w['epochs']} epoch(s); epoch 2 "
              f"runs after one real GRPO step, with epoch 1's samples in the drafters' history. Makespan is the sum "
              f"over epochs; speedup is autoregressive's makespan over the mode's. Tail: time after 90% of the "
              f"samples finished. Peak: the process tree's resident memory during the run (added: above what it "
@@ -47,9 +47,11 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{max(r['peak_mb'] for r in runs):.0f} MB ({max(r['added_mb'] for r in runs):.0f}) | "
                 f"{'-' if None in differing else sum(differing)} |")
         lines.append("")
-    for temperature, stats in report.get("updates", {}).items():
-        lines.append(f"- policy update at T={temperature}: mean reward of epoch 1 {stats['mean_reward']:.3f}, "
-                     f"{int(stats['samples'])} samples with a non-zero advantage, grad norm {stats['grad_norm']:.3f}")
+    stats = report.get("update")
+    if stats:
+        lines.append(f"- policy update before epoch 2 (one GRPO step on epoch 1's prompts sampled at T=1): mean "
+                     f"HumanEval test reward {stats['mean_test_reward']:.3f}, {int(stats['samples'])} samples with "
+                     f"a non-zero advantage, grad norm {stats['grad_norm']:.3f}")
     for mode, why in report.get("skipped", {}).items():
         lines.append(f"- {mode}: skipped ({why})")
     return "\n".join(lines) + "\n"

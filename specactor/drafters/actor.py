@@ -22,6 +22,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.drafters.base import DraftState, Drafter
 from specactor.drafters.registry import make_drafter
+from specactor.memory import release_freed_memory
 from specactor.weight_update import WeightStaging, read_checkpoint
 
 
@@ -106,6 +107,8 @@ class DraftActor(Actor):
                     await self.run_blocking(load, state)
                 except (ValueError, OSError, KeyError, RuntimeError) as exc:
                     error = str(exc)
+            staging = None  # drop the staged chunks and the old model, then give their pages back
+            await self.run_blocking(release_freed_memory)
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))
 

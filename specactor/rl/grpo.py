@@ -35,7 +35,9 @@ class GRPOTrainer:
     def __init__(self, folder: str | Path, lr: float = 1e-6, temperature: float = 1.0,
                  max_grad_norm: float = 1.0) -> None:
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a progress bar per load clutters a training log
         self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)

@@ -27,6 +27,7 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
+from specactor.memory import release_freed_memory
 from specactor.verifier.engine import Engine, Sequence, derive_seed
 from specactor.verifier.verifier import Verifier
 from specactor.weight_update import IN_FLIGHT, WeightStaging, checked_update, read_checkpoint
@@ -199,6 +200,8 @@ class VerifyActor(Actor):
                 await self.run_blocking(load)
             except (ValueError, OSError, KeyError, RuntimeError) as exc:
                 error = str(exc)
+        staging = None  # drop the staged chunks (hundreds of MB), then give their pages back
+        await self.run_blocking(release_freed_memory)
         if not error:
             self.version = commit.version
         self._update = None
