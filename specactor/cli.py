@@ -104,15 +104,17 @@ def _add_engine_options(parser: argparse.ArgumentParser, default_mode: str) -> N
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from specactor.coordinator import EngineConfig
+    from specactor.drafters.registry import parse_methods
     from specactor.server.serve import ServeOptions, run_daemon
 
-    opts = ServeOptions(endpoint=args.endpoint, model=args.model, mode=args.mode,
-                        drafters=args.drafters, k=args.k, window=args.window,
-                        max_batch=args.max_batch, max_len=args.max_len, threads=args.threads, events=args.events,
-                        policy=not args.no_policy, racing=not args.no_racing, client_timeout_s=args.client_timeout,
-                        drain_timeout_s=args.drain_timeout)
     try:
-        return run_daemon(opts)
+        engine = EngineConfig(model=args.model, mode=args.mode, drafters=parse_methods(args.drafters), k=args.k,
+                              window=args.window, max_batch=args.max_batch, max_len=args.max_len,
+                              verifier_threads=args.threads, policy=not args.no_policy, racing=not args.no_racing)
+        engine.check()
+        return run_daemon(ServeOptions(engine, endpoint=args.endpoint, events=args.events,
+                                       client_timeout_s=args.client_timeout, drain_timeout_s=args.drain_timeout))
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"specactor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -180,9 +182,9 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument("--quick", action="store_true", help="2 prompts x 2 samples, 40 tokens, T=1 and 0 (under 3 minutes)")
-    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 4; quick 2)")
+    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 2)")
     bench.add_argument("--n", type=_positive_int, default=None, help="samples per prompt (default 4; quick 2)")
-    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 96; quick 40)")
+    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 128; quick 40)")
     bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0.7,0; quick 1,0)")
     bench.add_argument("--epochs", type=_positive_int, default=None, help="rollout epochs (default 2)")
     bench.add_argument("--modes", default=None,

@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Sequence as Seq
 from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem, class_path
 from specactor.drafters.registry import METHODS
+from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.models import DEFAULT_MODEL
 from specactor.verifier.engine import derive_seed
@@ -51,7 +52,7 @@ class EngineConfig:
     processes: bool = True  # verifier and model drafters in their own processes
     verifier_threads: int | None = None  # default: every core not given to a model drafter
     drafter_threads: int = 1
-    events_path: str | None = None
+    events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
     racing: bool = True  # the policy may race extra methods for tail requests
     profile: str | None = None  # cost profile for the policy (default: the packaged one)
@@ -171,6 +172,7 @@ class RolloutEngine:
         self.vocab_size: int | None = None  # known once started
         self.model_name = self.config.model or DEFAULT_MODEL
         self._stats_lock = asyncio.Lock()  # replies share one queue: one stats round at a time
+        self._events_before: str | None = None
 
     async def __aenter__(self) -> "RolloutEngine":
         await self.start()
@@ -183,12 +185,17 @@ class RolloutEngine:
         """Stop every actor and give the memory of in-process models back."""
         await self.system.shutdown()
         release_freed_memory()
+        if self.config.events_path:
+            configure_events(self._events_before, console_level="warning")
 
     async def start(self) -> None:
         from specactor.models import resolve_model
         from specactor.verifier.config import ModelConfig
 
         cfg = self.config
+        if cfg.events_path:  # before any actor starts: child processes inherit the file
+            self._events_before = events_path()
+            configure_events(cfg.events_path, console_level="warning")
         self.vocab_size = ModelConfig.from_dir(resolve_model(cfg.model)).vocab_size  # also converts once
         await self.system.start()
         await self.system.spawn(self.coordinator)

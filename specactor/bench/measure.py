@@ -77,11 +77,12 @@ class RunRecord:
 
     @property
     def tail_s(self) -> float:
-        """Time after 90% of the samples had finished."""
+        """Time after 90% of the samples had finished (rounded down: with 8 samples, after the 7th),
+        so that the last tenth of the samples is the tail."""
         if not self.finishes:
             return 0.0
         times = sorted(t for t, _ in self.finishes)
-        return self.makespan_s - times[max(math.ceil(0.9 * len(times)) - 1, 0)]
+        return self.makespan_s - times[max(math.floor(0.9 * len(times)) - 1, 0)]
 
     def summary(self) -> dict:
         return {"mode": self.mode, "temperature": self.temperature, "epoch": self.epoch,

@@ -54,13 +54,14 @@ class Mode:
 
 
 async def run_engine(mode: Mode, work: Workload, temperature: float,
-                     update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+                     update: dict[str, torch.Tensor] | None, events: str | None = None) -> list[RunRecord]:
     """Our engine, verifier in its own process; epochs on one engine, so drafters keep their history."""
     from specactor.coordinator import EngineConfig, RolloutEngine
 
     config = EngineConfig(mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
                           max_batch=len(work.prompt_ids) * work.n,
-                          max_len=max(map(len, work.prompt_ids)) + work.max_tokens, transport="ipc", processes=True)
+                          max_len=max(map(len, work.prompt_ids)) + work.max_tokens, transport="ipc", processes=True,
+                          events_path=events)
     records = []
     before = PeakMemory.tree_mb()
     async with RolloutEngine(config) as engine:
@@ -177,9 +178,10 @@ def run_vllm(mode: Mode, work: Workload, temperature: float,
 
 
 def run_mode(mode: Mode, work: Workload, temperature: float,
-             update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+             update: dict[str, torch.Tensor] | None, events: str | None = None) -> list[RunRecord]:
+    """Every epoch of ``mode``; ``events``: where our engine writes its event log."""
     if mode.kind == "engine":
-        return asyncio.run(run_engine(mode, work, temperature, update))
+        return asyncio.run(run_engine(mode, work, temperature, update, events))
     if mode.kind == "transformers":
         return run_transformers(mode, work, temperature, update)
     if mode.kind == "vllm":

@@ -41,9 +41,9 @@ MODES: dict[str, Mode] = {
 
 @dataclass
 class BenchOptions:
-    prompts: int = 4
+    prompts: int = 2
     n: int = 4
-    max_tokens: int = 96
+    max_tokens: int = 128
     temperatures: tuple[float, ...] = (1.0, 0.7, 0.0)
     epochs: int = 2
     modes: tuple[str, ...] = tuple(MODES)
@@ -133,7 +133,12 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                 progress(f"vllm skipped: {why_no_vllm}")
                 continue
             progress(f"T={temperature:g} {name} ...")
-            records = run_mode(MODES[name], work, temperature, update)
+            events = None
+            if name == "specactor":  # the policy's decisions, for `specactor events summarize`
+                Path(opts.out).mkdir(parents=True, exist_ok=True)
+                events = str(Path(opts.out) / f"events-specactor-T{temperature:g}.jsonl")
+                Path(events).unlink(missing_ok=True)
+            records = run_mode(MODES[name], work, temperature, update, events)
             if name == "autoregressive":
                 baseline = records
             comparable = MODES[name].kind == "engine" or temperature == 0

@@ -14,6 +14,7 @@ from typing import Any, Union
 
 import msgspec
 
+from specactor import protocol
 from specactor.protocol import RequestResult, SamplingParams
 
 
@@ -33,15 +34,9 @@ class Abort(_Call, tag="abort"):
 
 
 class WeightsChunk(_Call, tag="weights_chunk"):
-    """Bytes ``offset ..`` of tensor ``name`` (see :class:`specactor.protocol.WeightsChunk`)."""
+    """One chunk of a weight update, forwarded as is to the weights' holders."""
 
-    update_id: str
-    name: str
-    dtype: str
-    shape: list[int]
-    offset: int
-    total: int
-    data: bytes
+    chunk: protocol.WeightsChunk
 
 
 class CommitWeights(_Call, tag="commit_weights"):

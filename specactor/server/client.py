@@ -164,9 +164,7 @@ class RolloutClient:
         if state_dict is not None:
             sock = self._socket()
             for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
-                await sock.send(api.encode(api.WeightsChunk(
-                    call_id=0, update_id=update_id, name=chunk.name, dtype=chunk.dtype, shape=chunk.shape,
-                    offset=chunk.offset, total=chunk.total, data=chunk.data)))
+                await sock.send(api.encode(api.WeightsChunk(call_id=0, chunk=chunk)))
         return await self._call(lambda call_id: api.CommitWeights(
             call_id=call_id, update_id=update_id, version=version, in_flight=in_flight, path=path))
 

@@ -71,11 +71,12 @@ class RolloutServer:
                     receiving.cancel()
                     break
                 frames = receiving.result()
-                if len(frames) != 2:
-                    continue  # ROUTER adds the identity: a DEALER call is exactly [identity, body]
-                identity, body = bytes(frames[0].buffer), bytes(frames[1].buffer)
+                identity = bytes(frames[0].buffer)
                 self.last_seen[identity] = time.monotonic()
-                await self._dispatch(identity, body)
+                if len(frames) != 2:  # ROUTER adds the identity: a DEALER's call is one frame
+                    self._spawn(self._fail(identity, None, f"a call is one frame, got {len(frames) - 1}"))
+                    continue
+                await self._dispatch(identity, bytes(frames[1].buffer))
             await self._shutdown()
         finally:
             reaper.cancel()
@@ -124,9 +125,7 @@ class RolloutServer:
             await engine.abort(call.request_id)
             return None
         if isinstance(call, api.WeightsChunk):
-            await engine.send_weights_chunk(p.WeightsChunk(
-                update_id=call.update_id, name=call.name, dtype=call.dtype, shape=call.shape, offset=call.offset,
-                total=call.total, data=call.data))
+            await engine.send_weights_chunk(call.chunk)
             return None
         if isinstance(call, api.CommitWeights):
             return await engine.commit_weights(call.update_id, version=call.version, in_flight=call.in_flight,

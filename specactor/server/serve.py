@@ -6,41 +6,32 @@ import asyncio
 import signal
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specactor.events import configure_events
+
+if TYPE_CHECKING:
+    from specactor.coordinator import EngineConfig
 
 READY = "specactor serve: ready on"  # the line a supervisor (or a test) waits for
 
 
 @dataclass
 class ServeOptions:
+    engine: "EngineConfig"
     endpoint: str = "tcp://127.0.0.1:5557"
-    model: str | None = None
-    mode: str = "specactor"
-    drafters: str = "ngram,suffix"
-    k: int = 4
-    window: int = 8
-    max_batch: int = 32
-    max_len: int = 1024
-    threads: int | None = None
     events: str | None = None
-    policy: bool = True
-    racing: bool = True
     client_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
 
 
 async def _main(opts: ServeOptions) -> None:
-    from specactor.coordinator import EngineConfig, RolloutEngine
-    from specactor.drafters.registry import parse_methods
+    from specactor.coordinator import RolloutEngine
     from specactor.server.daemon import serve
 
     if opts.client_timeout_s <= 0 or opts.drain_timeout_s < 0:
         raise ValueError("--client-timeout must be > 0 and --drain-timeout >= 0")
-    config = EngineConfig(model=opts.model, mode=opts.mode, drafters=parse_methods(opts.drafters),
-                          k=opts.k, window=opts.window, max_batch=opts.max_batch, max_len=opts.max_len,
-                          transport="ipc", processes=True, verifier_threads=opts.threads, policy=opts.policy,
-                          racing=opts.racing)
+    config = opts.engine
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

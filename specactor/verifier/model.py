@@ -23,6 +23,18 @@ from specactor.verifier.kv_cache import KVCache
 
 
 @dataclass
+class AttentionPart:
+    """Rows whose queries attend together, padded to the longest chunk among them."""
+
+    rows: torch.Tensor | None  # [Bp] batch rows of the part (None: all rows, in order)
+    tokens: torch.Tensor | None  # [Tp] flat indices of the tokens whose output it gives (None: all)
+    q_rows: torch.Tensor  # [Tp] row of each of those tokens within the part
+    q_offsets: torch.Tensor  # [Tp] index of each within its row's padded queries
+    mask: torch.Tensor | None  # [Bp, 1, G*Lq, Lk] bool, None if no masking needed
+    max_q: int
+
+
+@dataclass
 class StepLayout:
     """Index tensors describing one ragged step, shared by every layer."""
 
@@ -32,7 +44,7 @@ class StepLayout:
     slots: torch.Tensor  # [T] KV cache index of each new token (start + offset)
     rows: torch.Tensor  # [T] batch row (= slot) of each new token
     offsets: torch.Tensor  # [T] index of each token within its row's chunk
-    mask: torch.Tensor | None  # [B, 1, G*Lq, Lk] bool, None if no masking needed
+    parts: list[AttentionPart]
     max_q: int
     max_k: int
 
@@ -41,7 +53,12 @@ class StepLayout:
               parents: list[list[int] | None] | None = None) -> "StepLayout":
         """``parents[b]``, when given, makes row b's chunk a token tree: token i
         follows token ``parents[b][i]`` of the same chunk (-1: the cached context),
-        so it sits at position start + depth and attends to its ancestors only."""
+        so it sits at position start + depth and attends to its ancestors only.
+
+        Attention pads every row's queries to the longest chunk. When only a few
+        rows verify drafts, that would make every decode row pay for the longest
+        draft, so those few rows get a part of their own (see :meth:`CausalLM._attention`).
+        """
         b = len(q_lens)
         q = torch.tensor(q_lens, device=device)
         s = torch.tensor(starts, device=device)
@@ -52,25 +69,45 @@ class StepLayout:
         max_q, max_k = max(q_lens), max(a + c for a, c in zip(starts, q_lens))
         trees = parents is not None and any(t is not None for t in parents)
         positions = slots
-        mask = None
-        if not (max_q == 1 and all(a == starts[0] for a in starts)) or trees:
-            key_pos = torch.arange(max_k, device=device)
-            query_pos = s[:, None] + torch.arange(max_q, device=device)[None, :]  # [B, Lq]
-            allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Lq, Lk]
-            if trees:
-                assert parents is not None
-                depths = []
-                for row, tree in enumerate(parents):
-                    if tree is None:
-                        depths.extend(range(q_lens[row]))
-                        continue
-                    ancestry = _ancestry(tree)  # [q, q] bool: j is i or an ancestor of i
-                    n, start = len(tree), starts[row]
-                    allowed[row, :n, start:start + n] = ancestry
-                    depths.extend(ancestry.sum(1).sub(1).tolist())
-                positions = s[rows] + torch.tensor(depths, device=device)
-            mask = allowed[:, None, None].expand(b, 1, group, max_q, max_k).reshape(b, 1, group * max_q, max_k)
-        return cls(q_lens, starts, positions, slots, rows, offsets, mask, max_q, max_k)
+        if trees:
+            assert parents is not None
+            depths = []
+            for row, tree in enumerate(parents):
+                depths.extend(range(q_lens[row]) if tree is None else _ancestry(tree).sum(1).sub(1).tolist())
+            positions = s[rows] + torch.tensor(depths, device=device)
+        multi = [i for i, n in enumerate(q_lens) if n > 1 or (parents is not None and parents[i] is not None)]
+        if max_q > 1 and 2 * len(multi) <= b:
+            # every row's first token together (one query each), then the drafting rows padded among themselves
+            decode = AttentionPart(None, first, torch.arange(b, device=device), torch.zeros(b, dtype=torch.long,
+                                   device=device), _mask(starts, [1] * b, None, group, max_k, device), 1)
+            picked = torch.tensor(multi, device=device)
+            local = torch.repeat_interleave(torch.arange(len(multi), device=device), q[picked])
+            tokens = torch.cat([first[i] + torch.arange(q_lens[i], device=device) for i in multi])
+            sub_parents = None if parents is None else [parents[i] for i in multi]
+            drafting = AttentionPart(picked, tokens, local, offsets[tokens],
+                                     _mask([starts[i] for i in multi], [q_lens[i] for i in multi], sub_parents,
+                                           group, max_k, device), max(q_lens[i] for i in multi))
+            parts = [decode, drafting]
+        else:
+            need_mask = not (max_q == 1 and all(a == starts[0] for a in starts)) or trees
+            mask = _mask(starts, q_lens, parents, group, max_k, device) if need_mask else None
+            parts = [AttentionPart(None, None, rows, offsets, mask, max_q)]
+        return cls(q_lens, starts, positions, slots, rows, offsets, parts, max_q, max_k)
+
+
+def _mask(starts: list[int], q_lens: list[int], parents: list[list[int] | None] | None, group: int, max_k: int,
+          device: torch.device) -> torch.Tensor:
+    """[B, 1, G*Lq, Lk] bool: query i of row b (at start + i, or in a token tree) may see key j."""
+    b, max_q = len(q_lens), max(q_lens)
+    s = torch.tensor(starts, device=device)
+    key_pos = torch.arange(max_k, device=device)
+    query_pos = s[:, None] + torch.arange(max_q, device=device)[None, :]  # [B, Lq]
+    allowed = key_pos[None, None, :] <= query_pos[:, :, None]  # [B, Lq, Lk]
+    for row, tree in enumerate(parents or []):
+        if tree is not None:
+            n, start = len(tree), starts[row]
+            allowed[row, :n, start:start + n] = _ancestry(tree)  # [q, q] bool: j is i or an ancestor of i
+    return allowed[:, None, None].expand(b, 1, group, max_q, max_k).reshape(b, 1, group * max_q, max_k)
 
 
 def _ancestry(parents: list[int]) -> torch.Tensor:
@@ -243,22 +280,34 @@ class CausalLM(torch.nn.Module):
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: StepLayout,
                    group: int) -> torch.Tensor:
-        """q: [T, Hq, D]; k, v: [B, Hkv, Lk, D] -> [T, Hq*D].
+        """q: [T, Hq, D]; k, v: [B, Hkv, Lk, D] -> [T, Hq*D], part by part (see StepLayout)."""
+        if len(layout.parts) == 1:
+            part = layout.parts[0]
+            return _sdpa(q, k, v, part, k.shape[0], group)
+        out = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+        for part in layout.parts:
+            assert part.tokens is not None
+            pk, pv = (k, v) if part.rows is None else (k.index_select(0, part.rows), v.index_select(0, part.rows))
+            out[part.tokens] = _sdpa(q[part.tokens], pk, pv, part, pk.shape[0], group)
+        return out
 
-        Grouped-query attention without repeating K/V: the ``group`` query
-        heads sharing a KV head are folded into the query-length axis.
-        """
-        b, hkv, _, hd = k.shape
-        lq = layout.max_q
-        if lq == 1:
-            padded = q.view(b, 1, hkv, group, hd)
-        else:
-            padded = q.new_zeros(b, lq, hkv * group, hd)
-            padded[layout.rows, layout.offsets] = q
-            padded = padded.view(b, lq, hkv, group, hd)
-        folded = padded.permute(0, 2, 3, 1, 4).reshape(b, hkv, group * lq, hd)
-        out = F.scaled_dot_product_attention(folded, k, v, attn_mask=layout.mask)
-        out = out.view(b, hkv, group, lq, hd).permute(0, 3, 1, 2, 4).reshape(b, lq, hkv * group * hd)
-        if lq == 1:
-            return out.view(b, -1)
-        return out[layout.rows, layout.offsets]
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, part: AttentionPart, b: int,
+          group: int) -> torch.Tensor:
+    """Grouped-query attention of one part without repeating K/V: the ``group``
+    query heads sharing a KV head are folded into the query-length axis.
+    q: [Tp, Hq, D] (the part's tokens); k, v: [Bp, Hkv, Lk, D] -> [Tp, Hq*D]."""
+    _, hkv, _, hd = k.shape
+    lq = part.max_q
+    if lq == 1:
+        padded = q.view(b, 1, hkv, group, hd)
+    else:
+        padded = q.new_zeros(b, lq, hkv * group, hd)
+        padded[part.q_rows, part.q_offsets] = q
+        padded = padded.view(b, lq, hkv, group, hd)
+    folded = padded.permute(0, 2, 3, 1, 4).reshape(b, hkv, group * lq, hd)
+    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=part.mask)
+    out = out.view(b, hkv, group, lq, hd).permute(0, 3, 1, 2, 4).reshape(b, lq, hkv * group * hd)
+    if lq == 1:
+        return out.view(b, -1)
+    return out[part.q_rows, part.q_offsets]

@@ -18,6 +18,8 @@ def test_tail_is_the_time_after_ninety_percent_finished() -> None:
     record = RunRecord("m", 1.0, 0, makespan_s=10.0, finishes=[(float(t), 1) for t in range(1, 11)])
     assert record.tail_s == pytest.approx(1.0)  # the 9th of 10 finished at 9 s
     assert RunRecord("m", 1.0, 0, makespan_s=3.0, finishes=[(3.0, 5)]).tail_s == 0.0
+    eight = RunRecord("m", 1.0, 0, makespan_s=8.0, finishes=[(float(t), 1) for t in range(1, 9)])
+    assert eight.tail_s == pytest.approx(1.0)  # the last of 8 samples is the tail
 
 
 def test_bench_runs_every_engine_mode_and_transformers(session_cache, monkeypatch, tmp_path) -> None:
@@ -35,6 +37,8 @@ def test_bench_runs_every_engine_mode_and_transformers(session_cache, monkeypatc
     assert all(r["tokens"] > 0 and r["makespan_s"] > 0 and r["peak_mb"] > 0 for r in report["runs"])
     assert {"mean_test_reward", "samples", "grad_norm"} <= set(report["update"])
     assert any("policy update" in line for line in lines)
+    events = [json.loads(line) for line in (tmp_path / "events-specactor-T1.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "policy.assign" for e in events)  # the policy's decisions, for the note's "why"
     paths = write_outputs(report, tmp_path)
     assert json.loads(paths[0].read_text())["workload"]["n"] == 2
     table = paths[1].read_text()

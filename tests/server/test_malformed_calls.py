@@ -10,6 +10,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from specactor import protocol as p
 from specactor.protocol import SamplingParams
 from specactor.server.client import RolloutClient
 from tests.server.conftest import MAX_LEN, reference_tokens
@@ -63,13 +64,14 @@ MALFORMED: list[tuple[str, object, str | None]] = [
     ("stale version", {"kind": "commit_weights", "call_id": 27, "update_id": "u2", "version": 0},
      "not newer than the running version 0"),
     ("weights of an unknown tensor",
-     {"kind": "weights_chunk", "call_id": 0, "update_id": "u3", "name": "evil.weight", "dtype": "float32",
-      "shape": [2], "offset": 0, "total": 8, "data": b"\x00" * 8}, None),
+     {"kind": "weights_chunk", "call_id": 0, "chunk": p.WeightsChunk(
+         update_id="u3", name="evil.weight", dtype="float32", shape=[2], offset=0, total=8, data=b"\x00" * 8)}, None),
     ("commit of the unknown tensor", {"kind": "commit_weights", "call_id": 29, "update_id": "u3"},
      "unknown weight(s), e.g. 'evil.weight'"),
     ("chunk whose size disagrees with its shape",
-     {"kind": "weights_chunk", "call_id": 0, "update_id": "u4", "name": "model.norm.weight", "dtype": "float32",
-      "shape": [576], "offset": 0, "total": 8, "data": b"\x00" * 8}, None),
+     {"kind": "weights_chunk", "call_id": 0, "chunk": p.WeightsChunk(
+         update_id="u4", name="model.norm.weight", dtype="float32", shape=[576], offset=0, total=8,
+         data=b"\x00" * 8)}, None),
     ("commit of the inconsistent chunk", {"kind": "commit_weights", "call_id": 31, "update_id": "u4"},
      "does not match float32 [576]"),
     ("checkpoint path that does not exist", {"kind": "commit_weights", "call_id": 32, "update_id": "u5",
@@ -107,6 +109,10 @@ async def test_every_malformed_call_is_answered_and_a_concurrent_request_complet
             if isinstance(body, dict):
                 assert reply["call_id"] == body["call_id"], what
             kinds += 1
+        await raw.send_multipart([b"", msgspec.msgpack.encode(_generate(40))])  # a REQ-style envelope
+        reply = msgspec.msgpack.decode(await asyncio.wait_for(raw.recv(), 60))
+        assert reply["kind"] == "error" and "a call is one frame, got 2" in reply["error"]
+        kinds += 1
         assert kinds >= 15
         result = (await valid)[0]
         assert result.token_ids == reference_tokens(model, tok, prompts[0], valid_params)

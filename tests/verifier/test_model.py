@@ -33,10 +33,12 @@ def _run_chunked(model: CausalLM, seqs: list[list[int]], chunk_plan: list[list[i
 
 @st.composite
 def ragged_batches(draw):
-    """Random batch of sequences and a random chunking of each into steps."""
-    b = draw(st.integers(1, 4))
+    """Random batch of sequences and a random chunking of each into steps (mostly decode-like
+    single tokens with a few longer chunks, as in verification, or any sizes)."""
+    b = draw(st.integers(1, 6))
     steps = draw(st.integers(1, 4))
-    plan = [[draw(st.integers(1, 6)) for _ in range(b)] for _ in range(steps)]
+    size = st.sampled_from([1, 1, 1, 2, 5]) if draw(st.booleans()) else st.integers(1, 6)
+    plan = [[draw(size) for _ in range(b)] for _ in range(steps)]
     lengths = [sum(step[i] for step in plan) for i in range(b)]
     seqs = [draw(st.lists(st.integers(0, 255), min_size=n, max_size=n)) for n in lengths]
     return seqs, plan
@@ -52,6 +54,22 @@ def test_logits_match_transformers_for_any_chunking(tiny_pair, batch) -> None:
         for seq, got in zip(seqs, mine):
             ref = hf(torch.tensor([seq])).logits[0]
             assert (got - ref).abs().max().item() < TINY_TOL
+
+
+def test_few_drafting_rows_attend_apart_and_match_transformers(tiny_pair) -> None:
+    """When at most half the rows verify drafts, those rows get an attention part of their own
+    (the decode rows do not pad to the longest draft); the logits stay those of transformers."""
+    from specactor.verifier.model import StepLayout
+
+    hf, ours = tiny_pair
+    layout = StepLayout.build([1, 6, 1, 1], [10, 12, 8, 9], 2, torch.device("cpu"))
+    assert [p.max_q for p in layout.parts] == [1, 6]
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (11, 18, 9, 10)]
+    mine = _run_chunked(ours, seqs, [[10, 12, 8, 9], [1, 6, 1, 1]])
+    with torch.no_grad():
+        for seq, got in zip(seqs, mine):
+            assert (got - hf(torch.tensor([seq])).logits[0]).abs().max().item() < TINY_TOL
 
 
 def test_default_model_matches_transformers(default_model) -> None:
