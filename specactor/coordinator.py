@@ -311,7 +311,8 @@ class RolloutEngine:
         """Load new weights (a Hugging Face-named state dict, or a checkpoint ``path``) into the
         target and any model drafter; return the new policy version (default: current + 1).
 
-        ``in_flight="finish"``: running requests finish on the old weights, new ones wait;
+        ``in_flight="finish"``: running requests finish on the old weights, new ones wait
+        (while the engine is paused, that wait lasts until :meth:`resume`);
         ``"abort"``: running requests are aborted. Raises ValueError if the update is
         rejected (the weights then stay as they were).
         """
