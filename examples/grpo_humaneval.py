@@ -14,7 +14,7 @@ autoregressive engine rolls out the same prompts and seeds each epoch too
 (and gets the same weight updates), so each epoch also shows the speedup and
 that the tokens are identical.
 
-Takes about 5 minutes on a 2-core CPU with the defaults.
+Takes about 4 minutes on a 2-core CPU with the defaults.
 """
 
 from __future__ import annotations
