@@ -10,7 +10,7 @@ applied, so a bad update leaves the running weights untouched.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import torch
 
@@ -89,6 +89,34 @@ class WeightStaging:
             out[name] = torch.frombuffer(buf, dtype=torch.uint8).view(DTYPES[dtype]).reshape(shape) if buf \
                 else torch.empty(shape, dtype=DTYPES[dtype])
         return out
+
+
+class PendingUpdates:
+    """The chunks of every update received but not yet committed, by update id, as an actor
+    that holds weights keeps them. A bad chunk is remembered and reported at the commit."""
+
+    def __init__(self) -> None:
+        self._staging: dict[str, WeightStaging] = {}
+        self._errors: dict[str, str] = {}  # update id -> what was wrong with one of its chunks
+
+    def add(self, chunk: p.WeightsChunk) -> None:
+        if chunk.update_id in self._errors:
+            return
+        try:
+            self._staging.setdefault(chunk.update_id, WeightStaging()).add(chunk)
+        except ValueError as exc:
+            self._errors[chunk.update_id] = str(exc)
+            self._staging.pop(chunk.update_id, None)
+
+    def take(self, commit: p.WeightsCommit) -> tuple[Callable[[], dict[str, torch.Tensor]], str]:
+        """Forget the update; return a loader of its weights (the checkpoint at ``commit.path``,
+        else its chunks; run it off the event loop) and what was wrong with its chunks ('' if
+        nothing)."""
+        staging = self._staging.pop(commit.update_id, None) or WeightStaging()
+        error = self._errors.pop(commit.update_id, "")
+        if commit.path:
+            return lambda: read_checkpoint(commit.path), error
+        return staging.state_dict, error
 
 
 def _numel(shape: tuple[int, ...]) -> int:

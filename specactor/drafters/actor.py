@@ -23,7 +23,7 @@ from specactor.actor import Actor
 from specactor.drafters.base import DraftState, Drafter
 from specactor.drafters.registry import make_drafter
 from specactor.memory import release_freed_memory
-from specactor.weight_update import WeightStaging, read_checkpoint
+from specactor.weight_update import PendingUpdates
 
 
 class DraftActor(Actor):
@@ -55,8 +55,7 @@ class DraftActor(Actor):
         self._queued: list[p.Track | p.VerdictBatch | p.Untrack] = []
         self._busy = False
         self._wake = asyncio.Event()
-        self._staging: dict[str, WeightStaging] = {}  # update id -> chunks received so far
-        self._bad_updates: dict[str, str] = {}  # update id -> what was wrong with a chunk
+        self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._commits: list[tuple[str, p.WeightsCommit]] = []  # applied between drafting rounds
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
 
@@ -80,12 +79,7 @@ class DraftActor(Actor):
         elif isinstance(msg, p.StatsRequest):
             await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states)}))
         elif isinstance(msg, p.WeightsChunk):
-            if msg.update_id not in self._bad_updates:
-                try:
-                    self._staging.setdefault(msg.update_id, WeightStaging()).add(msg)
-                except ValueError as exc:
-                    self._bad_updates[msg.update_id] = str(exc)
-                    self._staging.pop(msg.update_id, None)
+            self._updates.add(msg)
         elif isinstance(msg, p.WeightsCommit):
             self._commits.append((sender, msg))
         else:
@@ -97,17 +91,14 @@ class DraftActor(Actor):
         Drafts are only proposals, so a drafter may switch weights while requests run."""
         commits, self._commits = self._commits, []
         for sender, commit in commits:
-            staging = self._staging.pop(commit.update_id, None)
-            error = self._bad_updates.pop(commit.update_id, "")
+            weights, error = self._updates.take(commit)
             load = getattr(self.drafter, "load_weights", None)
             if not error and load is not None:
                 try:
-                    state = read_checkpoint(commit.path) if commit.path else \
-                        (staging or WeightStaging()).state_dict()
-                    await self.run_blocking(load, state)
+                    await self.run_blocking(lambda: load(weights()))
                 except (ValueError, OSError, KeyError, RuntimeError) as exc:
                     error = str(exc)
-            staging = None  # drop the staged chunks and the old model, then give their pages back
+            weights = None  # drop the staged chunks and the old model, then give their pages back
             await self.run_blocking(release_freed_memory)
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))

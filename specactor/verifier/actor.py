@@ -30,7 +30,7 @@ from specactor.actor import Actor
 from specactor.memory import release_freed_memory
 from specactor.verifier.engine import Engine, Sequence, derive_seed
 from specactor.verifier.verifier import Verifier
-from specactor.weight_update import IN_FLIGHT, WeightStaging, checked_update, read_checkpoint
+from specactor.weight_update import IN_FLIGHT, PendingUpdates, checked_update
 
 
 class VerifyActor(Actor):
@@ -63,8 +63,7 @@ class VerifyActor(Actor):
         self._wake = asyncio.Event()
         self.version = 0  # policy version of the weights; every result carries it
         self.paused = False
-        self._staging: dict[str, WeightStaging] = {}  # update id -> chunks received so far
-        self._bad_updates: dict[str, str] = {}  # update id -> what was wrong with a chunk
+        self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._update: tuple[str, p.WeightsCommit] | None = None  # committed, waiting for running requests
         self._held: list[tuple[str, p.Message]] = []  # requests that arrived during an update
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
@@ -111,12 +110,7 @@ class VerifyActor(Actor):
                               p.Pause, p.Resume)):
             self._inbox.append((sender, msg))
         elif isinstance(msg, p.WeightsChunk):
-            if msg.update_id not in self._bad_updates:
-                try:
-                    self._staging.setdefault(msg.update_id, WeightStaging()).add(msg)
-                except ValueError as exc:  # reported when the update is committed
-                    self._bad_updates[msg.update_id] = str(exc)
-                    self._staging.pop(msg.update_id, None)
+            self._updates.add(msg)
         elif isinstance(msg, p.StatsRequest):
             values = {**self.stats, "version": self.version, "paused": int(self.paused),
                       "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held)}
@@ -173,8 +167,7 @@ class VerifyActor(Actor):
         elif msg.version <= self.version:
             problem = f"version {msg.version} is not newer than the running version {self.version}"
         if problem:
-            self._staging.pop(msg.update_id, None)
-            self._bad_updates.pop(msg.update_id, None)
+            self._updates.take(msg)  # forget its chunks
             await self.send(sender, p.ControlAck(ref=msg.update_id, ok=False, detail=problem, version=self.version))
             return
         self._update = (sender, msg)
@@ -186,12 +179,11 @@ class VerifyActor(Actor):
         """Every running request has finished: load the new weights, then admit the held requests."""
         assert self.verifier is not None and self._update is not None
         sender, commit = self._update
-        staging = self._staging.pop(commit.update_id, None)
-        error = self._bad_updates.pop(commit.update_id, "")
+        weights, error = self._updates.take(commit)
         model = self.verifier.engine.model
 
         def load() -> None:
-            state = read_checkpoint(commit.path) if commit.path else (staging or WeightStaging()).state_dict()
+            state = weights()
             checked_update(model, state)  # before anything changes: a bad update leaves the weights as they were
             model.load_hf_state_dict(state)
 
@@ -200,7 +192,7 @@ class VerifyActor(Actor):
                 await self.run_blocking(load)
             except (ValueError, OSError, KeyError, RuntimeError) as exc:
                 error = str(exc)
-        staging = None  # drop the staged chunks (hundreds of MB), then give their pages back
+        weights = None  # drop the staged chunks (hundreds of MB), then give their pages back
         await self.run_blocking(release_freed_memory)
         if not error:
             self.version = commit.version
