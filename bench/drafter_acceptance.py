@@ -48,7 +48,8 @@ from specactor.models import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
-from specactor.verifier.engine import Engine, Sequence, derive_seed
+from specactor.seeds import derive_seed
+from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.weights import load_causal_lm
 
 ROOT = Path(__file__).resolve().parent

@@ -18,11 +18,8 @@ import asyncio
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +29,7 @@ from safetensors.torch import save_file
 
 from specactor import EngineConfig, RolloutClient, RolloutEngine, SamplingParams
 from specactor.models import resolve_model
-from specactor.server.serve import READY
+from specactor.server.serve import DaemonProcess
 from specactor.verifier.weights import load_state_dict
 
 ONE_TOKEN = SamplingParams(max_tokens=1, seed=0)
@@ -69,21 +66,15 @@ async def main() -> None:
                                                                engine.generate))
                 times["engine, checkpoint path"].append(await timed(lambda: engine.update_weights(path=str(ckpt)),
                                                                     engine.generate))
-        proc = subprocess.Popen([sys.executable, "-m", "specactor.cli", "serve", "--endpoint", "tcp://127.0.0.1:0",
-                                 "--mode", "autoregressive", "--max-len", "256", "--max-batch", "4"],
-                                stdout=subprocess.PIPE, text=True)
+        daemon = DaemonProcess.start("--mode", "autoregressive", "--max-len", "256", "--max-batch", "4")
         try:
-            assert proc.stdout is not None
-            line = next(line for line in proc.stdout if line.startswith(READY))
-            endpoint = re.search(r"tcp://\S+", line).group(0)
-            async with RolloutClient(endpoint, timeout_s=300) as client:
+            async with RolloutClient(daemon.endpoint, timeout_s=300) as client:
                 await client.generate([[1, 2, 3]], ONE_TOKEN)
                 for _ in range(args.repeats):
                     times["daemon via client, state dict"].append(
                         await timed(lambda: client.update_weights(state), client.generate))
         finally:
-            proc.terminate()
-            proc.wait(60)
+            daemon.stop()
     result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores, "
               f"torch {torch.__version__}", "weights_mb": round(size_mb), "repeats": args.repeats,
               "seconds": {k: {"median": statistics.median(v), "runs": v} for k, v in times.items()}}

@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "RolloutEngine": "specactor.coordinator",
-    "EngineConfig": "specactor.coordinator",
+    "EngineConfig": "specactor.config",
     "SamplingParams": "specactor.protocol",
     "RequestResult": "specactor.protocol",
     "RolloutClient": "specactor.server.client",

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from specactor import __version__
+from specactor.engine_flags import add_engine_arguments, positive_int
 
 
 def _events_catalogue(args: argparse.Namespace) -> int:
@@ -42,29 +43,20 @@ def _events_plot(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
+    from specactor.engine_flags import engine_config_from_args
     from specactor.prompts import PromptFileError
     from specactor.rollout import RolloutOptions, run_rollout
 
-    opts = RolloutOptions(
-        prompts=args.prompts, out=args.out, model=args.model, mode=args.mode, drafters=args.drafters,
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
-        n=args.n, seed=args.seed, events=args.events, max_batch=args.max_batch, threads=args.threads,
-        chat=not args.no_chat, progress=False if args.no_progress else None, k=args.k, window=args.window,
-        policy=not args.no_policy, racing=not args.no_racing,
-    )
     try:
+        opts = RolloutOptions(
+            prompts=args.prompts, out=args.out, engine=engine_config_from_args(args),
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens, n=args.n,
+            chat=not args.no_chat, progress=False if args.no_progress else None)
         run_rollout(opts)
-    except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError) as exc:
+    except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError, RuntimeError) as exc:
         print(f"specactor rollout: error: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _non_negative_float(text: str) -> float:
@@ -81,39 +73,12 @@ def _probability(text: str) -> float:
     return value
 
 
-def _add_engine_options(parser: argparse.ArgumentParser, default_mode: str) -> None:
-    """The engine's flags, shared by rollout and serve."""
-    parser.add_argument("--model", default=None,
-                        help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
-    parser.add_argument("--mode", default=default_mode, choices=["autoregressive", "coupled", "specactor"],
-                        help="autoregressive baseline, coupled speculation, or SpecActor "
-                             "(decoupled, steered by the Fastest-of-N policy)")
-    parser.add_argument("--drafters", default="ngram,suffix",
-                        help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
-                             "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
-    parser.add_argument("--k", type=_positive_int, default=4, help="tokens per draft proposal")
-    parser.add_argument("--window", type=_positive_int, default=8,
-                        help="decoupled: how far a drafter may draft ahead of the last verdict")
-    parser.add_argument("--max-batch", type=_positive_int, default=32, help="requests decoded together")
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: all cores)")
-    parser.add_argument("--events", default=None, help="write structured events (JSON lines) here")
-    parser.add_argument("--no-policy", action="store_true",
-                        help="specactor mode without the Fastest-of-N policy: every drafter on every request")
-    parser.add_argument("--no-racing", action="store_true",
-                        help="the policy never races a second method on tail requests")
-
-
 def _serve(args: argparse.Namespace) -> int:
-    from specactor.coordinator import EngineConfig
-    from specactor.drafters.registry import parse_methods
+    from specactor.engine_flags import engine_config_from_args
     from specactor.server.serve import ServeOptions, run_daemon
 
     try:
-        engine = EngineConfig(model=args.model, mode=args.mode, drafters=parse_methods(args.drafters), k=args.k,
-                              window=args.window, max_batch=args.max_batch, max_len=args.max_len,
-                              verifier_threads=args.threads, policy=not args.no_policy, racing=not args.no_racing)
-        engine.check()
-        return run_daemon(ServeOptions(engine, endpoint=args.endpoint, events=args.events,
+        return run_daemon(ServeOptions(engine_config_from_args(args), endpoint=args.endpoint,
                                        client_timeout_s=args.client_timeout, drain_timeout_s=args.drain_timeout))
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"specactor serve: error: {exc}", file=sys.stderr)
@@ -134,8 +99,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--endpoint", default="tcp://127.0.0.1:5557",
                        help="ZeroMQ endpoint to bind (tcp://HOST:PORT, port 0 = any free port; ipc://PATH). "
                             "There is no authentication: keep it on loopback or a trusted network")
-    _add_engine_options(serve, default_mode="specactor")
-    serve.add_argument("--max-len", type=_positive_int, default=1024, help="longest prompt + max_tokens")
+    add_engine_arguments(serve, default_mode="specactor")
     serve.add_argument("--client-timeout", type=float, default=10.0,
                        help="seconds without a heartbeat after which a client's requests are aborted")
     serve.add_argument("--drain-timeout", type=float, default=30.0,
@@ -147,19 +111,21 @@ def _bench(args: argparse.Namespace) -> int:
     import time
 
     from specactor.bench.suite import BenchOptions, run_suite, write_outputs
+    from specactor.engine_flags import engine_config_from_args
 
-    fields = {k: v for k, v in {
+    fields: dict = {k: v for k, v in {
         "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
         "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
         "modes": None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         "out": args.out}.items() if v is not None}
-    opts = BenchOptions.quick(**fields) if args.quick else BenchOptions(**fields)
     start = time.perf_counter()
 
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - start:6.0f} s] {line}", flush=True)
 
     try:
+        fields["engine"] = engine_config_from_args(args)
+        opts = BenchOptions.quick(**fields) if args.quick else BenchOptions(**fields)
         report = run_suite(opts, progress)
     except (ValueError, FileNotFoundError) as exc:
         print(f"specactor bench: error: {exc}", file=sys.stderr)
@@ -182,15 +148,16 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bench.add_argument("--quick", action="store_true", help="2 prompts x 2 samples, 40 tokens, T=1 and 0 (under 3 minutes)")
-    bench.add_argument("--prompts", type=_positive_int, default=None, help="HumanEval problems (default 2)")
-    bench.add_argument("--n", type=_positive_int, default=None, help="samples per prompt (default 4; quick 2)")
-    bench.add_argument("--max-tokens", type=_positive_int, default=None, help="cap per sample (default 128; quick 40)")
+    bench.add_argument("--prompts", type=positive_int, default=None, help="HumanEval problems (default 2)")
+    bench.add_argument("--n", type=positive_int, default=None, help="samples per prompt (default 4; quick 2)")
+    bench.add_argument("--max-tokens", type=positive_int, default=None, help="cap per sample (default 128; quick 40)")
     bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0.7,0; quick 1,0)")
-    bench.add_argument("--epochs", type=_positive_int, default=None, help="rollout epochs (default 2)")
+    bench.add_argument("--epochs", type=positive_int, default=None, help="rollout epochs (default 2)")
     bench.add_argument("--modes", default=None,
                        help="comma-separated, autoregressive first (default: all of autoregressive, transformers, "
                             "transformers+pld, coupled ngram, coupled suffix, specactor, vllm)")
     bench.add_argument("--out", default="bench/results/suite", help="output folder")
+    add_engine_arguments(bench, without=("mode", "drafters", "seed", "events", "max_len"))
     bench.set_defaults(func=_bench)
 
 
@@ -199,21 +166,23 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
         "rollout",
         help="generate samples for a prompt file (token ids, log-probs, text)",
         description="Generate n samples per prompt with the target model and write one JSON line per "
-        "sample: id, sample, prompt_ids, token_ids, logprobs, finish_reason, text, stats. Seeds are "
-        "derived from (--seed, id, sample), so every mode gives the same tokens for the same input.",
+        "sample: id, sample, prompt_ids, token_ids, logprobs, finish_reason, text, stats. Sample i of the "
+        "line with id X gets the seed derived from (the line's seed or --seed, X, i): every mode and entry "
+        "point (RolloutEngine, the daemon) gives the same tokens for the same id and seed, whatever else is "
+        "in the batch, up to floating-point near-ties (README, 'Lossless'). If any sample fails, nothing "
+        "replaces OUT: every line goes to OUT.failed.jsonl, failed ones with their error.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     rollout.add_argument("--prompts", required=True,
                          help="JSON-lines file ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optional id, n, "
                               "max_tokens, seed, temperature, meta), or humaneval / humaneval:N")
     rollout.add_argument("--out", required=True, help="output JSON-lines file")
-    _add_engine_options(rollout, default_mode="autoregressive")
+    add_engine_arguments(rollout, default_mode="autoregressive", without=("max_len",))
     rollout.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 = greedy")
     rollout.add_argument("--top-p", type=_probability, default=1.0)
     rollout.add_argument("--top-k", type=int, default=0, help="0 = off")
-    rollout.add_argument("--max-tokens", type=_positive_int, default=256, help="per sample, unless the line says")
-    rollout.add_argument("--n", type=_positive_int, default=1, help="samples per prompt, unless the line says")
-    rollout.add_argument("--seed", type=int, default=0, help="base seed")
+    rollout.add_argument("--max-tokens", type=positive_int, default=256, help="per sample, unless the line says")
+    rollout.add_argument("--n", type=positive_int, default=1, help="samples per prompt, unless the line says")
     rollout.add_argument("--no-chat", action="store_true", help="do not wrap text prompts in the chat template")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bar")
     rollout.set_defaults(func=_rollout)

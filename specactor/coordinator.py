@@ -3,9 +3,10 @@
     async with RolloutEngine(EngineConfig(mode="specactor", drafters=["ngram"])) as engine:
         results = await engine.generate([[1, 2, 3]], SamplingParams(temperature=1.0, n=4))
 
-The Coordinator fans ``n`` samples out into separate requests (seeds derived
-from the request's seed and the sample index), sends them to the verifier and
-gathers the results. Who drafts for a request: in ``coupled`` mode the first
+RolloutEngine checks each call and fans ``n`` samples out into separate
+requests (``specactor.requests``; seeds by the one rule of ``specactor.seeds``:
+the seed, the request's id and the sample index); the Coordinator sends them
+to the verifier and gathers the results. Who drafts for a request: in ``coupled`` mode the first
 drafter, fixed; in ``specactor`` mode the PolicyActor (Fastest-of-N), which
 assigns and reassigns methods, windows and modes as verdicts come in; with
 ``policy=False`` every drafter, the verifier taking the longest usable draft.
@@ -21,73 +22,17 @@ are aborted (``"abort"``): no output ever mixes versions.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence as Seq
 
 from specactor import protocol as p
-from specactor.actor import Actor, ActorSpec, ActorSystem, class_path
-from specactor.drafters.registry import METHODS
+from specactor.actor import Actor, ActorSpec, ActorSystem
+from specactor.config import EngineConfig  # noqa: F401  (importable from here too, as before)
 from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.models import DEFAULT_MODEL
-from specactor.verifier.engine import derive_seed
+from specactor.requests import Job, Params, expand, normalise
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
-
-MODES = ("autoregressive", "coupled", "specactor")
-
-
-@dataclass
-class EngineConfig:
-    model: str | None = None
-    mode: str = "specactor"
-    drafters: list[str] = field(default_factory=lambda: ["ngram"])
-    k: int = 4  # draft length per proposal (coupled: per verify step)
-    window: int = 8  # decoupled: how far a drafter may run ahead of the last verdict
-    max_batch: int = 32
-    max_len: int = 1024
-    transport: str = "ipc"
-    processes: bool = True  # verifier and model drafters in their own processes
-    verifier_threads: int | None = None  # default: every core not given to a model drafter
-    drafter_threads: int = 1
-    events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
-    policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
-    racing: bool = True  # the policy may race extra methods for tail requests
-    profile: str | None = None  # cost profile for the policy (default: the packaged one)
-
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
-        unknown = [d for d in self.drafters if d not in METHODS]
-        if unknown:
-            raise ValueError(f"unknown drafting method {unknown[0]!r}: choose from {', '.join(METHODS)}")
-        if self.mode != "autoregressive" and not self.drafters:
-            raise ValueError(f"mode {self.mode} needs at least one drafter")
-        if not 1 <= self.k <= self.window:
-            raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.window})")
-        if self.processes and self.transport == "inproc":
-            raise ValueError("processes=True needs transport ipc or tcp")
-
-    @property
-    def verifier_thread_count(self) -> int | None:
-        """Torch threads of the verifier: all cores, minus the model drafter's when one runs
-        in its own process. Oversubscribing costs more than the thread it buys: on 2 cores,
-        a 2-thread verifier beside a 1-thread model drafter took 19.1 s where a 1-thread
-        verifier took 11.8 s (bench/RESULTS.md, thread split)."""
-        if self.verifier_threads is not None:
-            return self.verifier_threads
-        if self.processes and "model" in self.active_drafters:
-            return max(1, (os.cpu_count() or 1) - self.drafter_threads)
-        return None
-
-    @property
-    def active_drafters(self) -> list[str]:
-        if self.mode == "autoregressive":
-            return []
-        return self.drafters[:1] if self.mode == "coupled" else list(self.drafters)
-
 
 class Coordinator(Actor):
     """Routes requests to the verifier and drafters and collects results."""
@@ -127,8 +72,12 @@ class Coordinator(Actor):
         elif cfg.mode == "specactor" and not cfg.policy:
             await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
                                                      window=cfg.window, mode=p.DraftMode.DECOUPLED, reason="static"))
-        await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids, params=params,
-                                                      reply_to=self.name))
+        if not await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids,
+                                                             params=params, reply_to=self.name)):
+            self.pending.pop(request_id, None)  # nothing will ever answer it: answer it now
+            future.set_result(p.RequestResult(request_id=request_id, prompt_ids=list(prompt_ids), token_ids=[],
+                                              logprobs=[], finish_reason=p.FinishReason.ERROR,
+                                              error="the verifier is not running"))
         return future
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -167,7 +116,6 @@ class RolloutEngine:
         self.config.check()
         self.system = ActorSystem(self.config.transport)
         self.coordinator = Coordinator("coordinator", self.config)
-        self._ids = itertools.count()
         self.version = 0  # policy version of the weights the engine serves
         self.vocab_size: int | None = None  # known once started
         self.model_name = self.config.model or DEFAULT_MODEL
@@ -202,6 +150,7 @@ class RolloutEngine:
         use_policy = cfg.mode == "specactor" and cfg.policy
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
                            "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
+                           "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
                            "policy": "policy" if use_policy else None}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
@@ -211,6 +160,9 @@ class RolloutEngine:
             own_process = cfg.processes and method == "model"
             kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
                       "threads": cfg.drafter_threads if own_process else None}
+            if method == "model":  # sized like the verifier: it drafts for every running request
+                kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
+                                             "max_len": cfg.max_len + cfg.window}
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
@@ -226,73 +178,43 @@ class RolloutEngine:
 
             await self.system.spawn(load_class(cls)(name=name, **kwargs))
 
-    def _expand(self, prompt_ids: Seq[Seq[int]], params: p.SamplingParams | Seq[p.SamplingParams],
-                request_ids: Seq[str] | None) -> list[tuple[str, list[int], p.SamplingParams]]:
-        """One job per sample, every input checked first: a bad one rejects the whole call
-        (ValueError naming it) before anything is submitted."""
-        if isinstance(params, p.SamplingParams):
-            params = [params] * len(prompt_ids)
-        if len(params) != len(prompt_ids):
-            raise ValueError(f"{len(params)} sampling params for {len(prompt_ids)} prompts")
-        if request_ids is None:
-            request_ids = [f"req-{next(self._ids)}" for _ in prompt_ids]
-        if len(request_ids) != len(prompt_ids):
-            raise ValueError(f"{len(request_ids)} request ids for {len(prompt_ids)} prompts")
-        jobs = []
-        for rid, ids, sp in zip(request_ids, prompt_ids, params):
-            sp.validate()
-            self._check_prompt(rid, ids, sp)
-            for sample in range(sp.n):
-                sub = rid if sp.n == 1 else f"{rid}#{sample}"
-                base = sp.seed if sp.seed is not None else derive_seed(rid)
-                seed = base if sp.n == 1 else derive_seed(base, sample)
-                one = p.SamplingParams(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
-                                       max_tokens=sp.max_tokens, stop_token_ids=list(sp.stop_token_ids),
-                                       seed=seed, n=1, logprobs=sp.logprobs)
-                jobs.append((sub, list(ids), one))
-        seen: set[str] = set()
-        for rid, _, _ in jobs:
-            if rid in seen or rid in self.coordinator.pending:
-                raise ValueError(f"duplicate request id {rid!r}: " + (
-                    "it is already in flight" if rid in self.coordinator.pending else "used twice in this call"))
-            seen.add(rid)
-        return jobs
+    def _expand(self, prompt_ids: Any, sampling_params: Params | None, request_ids: Seq[str] | None,
+                request_id: str | None) -> tuple[Any, list[Job]]:
+        """The call, normalised, and one job per sample; every input is checked first, so a
+        bad one rejects the whole call (ValueError naming it) before anything is submitted."""
+        call = normalise(prompt_ids, sampling_params, request_ids, request_id)
+        jobs = expand(call, vocab_size=self.vocab_size, max_len=self.config.max_len,
+                      default_seed=self.config.seed, in_flight=self.coordinator.pending)
+        return call, jobs
 
-    def _check_prompt(self, request_id: str, ids: Seq[int], sp: p.SamplingParams) -> None:
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request id must be a non-empty string, got {request_id!r}")
-        if len(ids) == 0:
-            raise ValueError(f"request {request_id!r}: prompt is empty")
-        vocab = self.vocab_size
-        bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool)
-                    or not 0 <= t < (vocab if vocab is not None else 2**63)), None)
-        if bad is not None:
-            raise ValueError(f"request {request_id!r}: token id {bad!r} is outside the vocabulary"
-                             + (f" (size {vocab})" if vocab is not None else ""))
-        bad_stop = next((t for t in sp.stop_token_ids if vocab is not None and t >= vocab), None)
-        if bad_stop is not None:
-            raise ValueError(f"request {request_id!r}: stop token id {bad_stop} is outside the vocabulary "
-                             f"(size {vocab})")
-        if len(ids) + sp.max_tokens > self.config.max_len:
-            raise ValueError(f"request {request_id!r}: prompt ({len(ids)} tokens) + max_tokens ({sp.max_tokens}) "
-                             f"exceeds the context of {self.config.max_len} tokens")
+    async def submit(self, prompt_ids: Any, sampling_params: Params | None = None,
+                     request_ids: Seq[str] | None = None, *,
+                     request_id: str | None = None) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+        """Submit every sample (checked first, all or nothing): (sample's request id, future of its result)."""
+        _, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id)
+        return await self._submit(jobs)
 
-    async def submit(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
-                     request_ids: Seq[str] | None = None) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
-        """Submit every sample (checked first, all or nothing): (request id, future of its result)."""
-        jobs = self._expand(prompt_ids, sampling_params, request_ids)
-        return [(job[0], await self.coordinator.submit(*job)) for job in jobs]
+    async def _submit(self, jobs: list[Job]) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+        return [(job.request_id, await self.coordinator.submit(job.request_id, job.prompt_ids, job.params))
+                for job in jobs]
 
-    async def generate(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
-                       request_ids: Seq[str] | None = None) -> list[p.RequestResult]:
-        """Generate for every prompt (``n`` samples each); results in input order."""
-        submitted = await self.submit(prompt_ids, sampling_params, request_ids)
-        return list(await asyncio.gather(*(future for _, future in submitted)))
+    async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
+                       request_ids: Seq[str] | None = None, *, request_id: str | None = None) -> Any:
+        """Generate ``n`` samples per prompt.
 
-    async def stream(self, prompt_ids: Seq[Seq[int]], sampling_params: p.SamplingParams | Seq[p.SamplingParams],
-                     request_ids: Seq[str] | None = None) -> AsyncIterator[p.RequestResult]:
-        """Like generate, but yields each result as soon as it finishes."""
-        submitted = await self.submit(prompt_ids, sampling_params, request_ids)
+        Batch form ``generate([ids, ...], params, request_ids=[...])``: every sample's result,
+        in input order. Single form ``generate(ids, params, request_id="x")`` (verl's call):
+        one RequestResult when ``n == 1``, else the ``n`` results in sample order.
+        """
+        call, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id)
+        submitted = await self._submit(jobs)
+        return call.shape(list(await asyncio.gather(*(future for _, future in submitted))))
+
+    async def stream(self, prompt_ids: Any, sampling_params: Params | None = None,
+                     request_ids: Seq[str] | None = None, *,
+                     request_id: str | None = None) -> AsyncIterator[p.RequestResult]:
+        """Like generate (either form), but yields each sample's result as soon as it finishes."""
+        submitted = await self.submit(prompt_ids, sampling_params, request_ids, request_id=request_id)
         for done in asyncio.as_completed([future for _, future in submitted]):
             yield await done
 

@@ -86,7 +86,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
                 m.drafted += int(counts[0])
                 m.accepted += int(counts[1])
                 m.verified += int(counts[2]) if len(counts) > 2 else 1
-        elif name == "engine.step":
+        elif name == "engine.step":  # logs written before every mode ran through the verifier actor
             busy[e.get("actor", "engine")] += (float(e.get("forward_ms", 0)) + float(e.get("sample_ms", 0))) / 1000
         elif name == "policy.assign":
             ms = e.get("methods") or []

@@ -45,10 +45,6 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("name", "silent_for_s"),
     ),
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
-    "engine.step": (
-        "One batched forward of the target engine.",
-        ("step", "batch_size", "prefill_tokens", "new_tokens", "forward_ms", "sample_ms"),
-    ),
     "verify.step": (
         "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
@@ -80,7 +76,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "server.shutdown": ("The daemon stopped; every accepted request got its result.", ("calls", "in_flight", "aborted")),
     "rollout.summary": (
         "End of a rollout.",
-        ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "kv_cache_mb"),
+        ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "verifier_threads",
+         "verifier_dtype", "device", "dtype", "kv_cache_mb"),
     ),
 }
 

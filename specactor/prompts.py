@@ -56,6 +56,9 @@ def _check(line: PromptLine, where: str) -> None:
         raise PromptFileError(f"{where}: \"prompt\" is empty")
     if line.prompt_ids is not None and (not line.prompt_ids or min(line.prompt_ids) < 0):
         raise PromptFileError(f"{where}: \"prompt_ids\" must be a non-empty list of token ids >= 0")
+    if line.id is not None and (str(line.id) == "" or "#" in str(line.id)):
+        raise PromptFileError(f"{where}: \"id\" must be non-empty and without '#' (sample results are named "
+                              f"ID#SAMPLE), got {line.id!r}")
     for key in ("n", "max_tokens"):
         value = getattr(line, key)
         if value is not None and value < 1:

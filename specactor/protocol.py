@@ -60,8 +60,9 @@ class DraftMode(enum.StrEnum):
 class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How to sample one request. ``top_k=0`` and ``top_p=1`` mean no truncation.
 
-    ``seed=None`` lets the engine derive a seed from the request id, so that
-    every mode sees the same seed for the same request.
+    Sample ``i`` of the request named ``X`` samples with the seed derived from
+    (``seed``, ``X``, ``i``); ``seed=None`` stands for the engine's seed
+    (``EngineConfig.seed``). See ``specactor.seeds``.
     """
 
     temperature: float = 1.0

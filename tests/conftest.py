@@ -91,3 +91,29 @@ def _return_memory_after_each_module() -> Iterator[None]:
     from specactor.memory import release_freed_memory
 
     release_freed_memory()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(session_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint folder of a tiny random Llama with the default model's tokenizer and
+    vocabulary: every entry point (CLI, daemon, RolloutEngine) runs it in seconds."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    real = session_cache / "models" / "smollm2-135m"
+    hf = tiny_hf_model("llama", seed=3, vocab=ModelConfig.from_dir(real).vocab_size)
+    hf.config.eos_token_id = 2
+    hf.save_pretrained(folder, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (real / name).exists():
+            shutil.copy(real / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint: Path):
+    """(folder, CausalLM, Tokenizer) of :func:`tiny_checkpoint`, like ``default_model``."""
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.weights import load_causal_lm
+
+    return tiny_checkpoint, load_causal_lm(tiny_checkpoint), Tokenizer(tiny_checkpoint)

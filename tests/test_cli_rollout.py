@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -35,7 +36,8 @@ def test_rollout_writes_the_contract_format(tmp_path: Path, session_cache: Path)
     assert len(lines[2]["token_ids"]) <= 3
     assert "tokens/s" in run.stderr  # the summary table
     names = {json.loads(x)["event"] for x in events.read_text().splitlines()}
-    assert {"engine.step", "request.finished", "rollout.summary"} <= names
+    # one path for every mode: the autoregressive baseline is the verifier actor with no drafts
+    assert {"verify.step", "request.finished", "rollout.summary"} <= names and "engine.step" not in names
     # same input, same seed: same tokens (seeds derive from --seed, id, sample)
     again = tmp_path / "again.jsonl"
     assert _cli(["rollout", "--prompts", str(prompts), "--out", str(again), "--max-tokens", "6",
@@ -52,6 +54,9 @@ def test_rollout_writes_the_contract_format(tmp_path: Path, session_cache: Path)
         (["--prompts", "{ok}", "--out", "o.jsonl", "--model", "/no/such/model"], "does not exist"),
         (["--prompts", "{ok}", "--out", "o.jsonl", "--mode", "fast"], "invalid choice"),
         (["--prompts", "{huge}", "--out", "o.jsonl"], "outside the vocabulary"),
+        (["--prompts", "{ok}", "--out", "o.jsonl", "--device", "cuda:99"], "CUDA"),
+        (["--prompts", "{ok}", "--out", "o.jsonl", "--device", "tpu"], "choose cpu, cuda or cuda:N"),
+        (["--prompts", "{ok}", "--out", "o.jsonl", "--dtype", "float16"], "invalid choice"),
     ],
 )
 def test_rollout_errors_are_clear(tmp_path: Path, session_cache: Path, args: list[str], message: str) -> None:
@@ -81,3 +86,107 @@ def test_kv_cache_that_cannot_fit_is_refused_up_front(default_model) -> None:
     check_kv_memory(model.cfg, 4, 512)
     with pytest.raises(ValueError, match="lower --max-batch or --max-tokens"):
         check_kv_memory(model.cfg, 10_000, 100_000)
+
+
+def _rollout_lines(tmp_path: Path, checkpoint: Path, cache: Path, name: str, *flags: str) -> list[dict]:
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt_ids": [1, 9690, 198, 2683], "id": "a", "n": 2}\n')
+    out, events = tmp_path / f"{name}.jsonl", tmp_path / f"{name}-events.jsonl"
+    run = _cli(["rollout", "--prompts", str(prompts), "--out", str(out), "--model", str(checkpoint), "--max-tokens",
+                "12", "--events", str(events), *flags], cache)
+    assert run.returncode == 0, run.stderr
+    summary = next(e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "rollout.summary")
+    return [summary, *map(json.loads, out.read_text().splitlines())]
+
+
+def test_engine_flags_reach_the_verifier_process(tmp_path: Path, tiny_checkpoint: Path, session_cache: Path) -> None:
+    """--threads once stopped short of the verifier in the speculative modes; --dtype had no flag."""
+    fp32 = _rollout_lines(tmp_path, tiny_checkpoint, session_cache, "fp32", "--mode", "specactor", "--threads", "1")
+    bf16 = _rollout_lines(tmp_path, tiny_checkpoint, session_cache, "bf16", "--mode", "specactor", "--threads", "1",
+                          "--dtype", "bfloat16")
+    # as the verifier process reports them (torch's default here is every core, so 1 is not it by chance)
+    assert fp32[0]["verifier_threads"] == 1 and fp32[0]["verifier_dtype"] == "float32"
+    assert bf16[0]["verifier_dtype"] == "bfloat16"
+    # the verifier really computes in bfloat16: the same tokens' log-probs move
+    deltas = [abs(a - b) for x, y in zip(fp32[1:], bf16[1:]) for a, b in zip(x["logprobs"], y["logprobs"])]
+    assert deltas and max(deltas) > 1e-3
+
+
+def test_rollout_never_loads_the_model_in_its_own_process(tmp_path: Path, tiny_checkpoint: Path,
+                                                          session_cache: Path, monkeypatch) -> None:
+    """The verifier's process holds the model; the rollout's holds only the tokenizer."""
+    import specactor.verifier.weights as weights
+    from specactor.config import EngineConfig
+    from specactor.rollout import RolloutOptions, run_rollout
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the rollout process loaded the model")
+
+    monkeypatch.setattr(weights, "load_causal_lm", forbidden)
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt_ids": [1, 9690, 198]}\n')
+    summary = run_rollout(RolloutOptions(str(prompts), str(tmp_path / "out.jsonl"), max_tokens=4, progress=False,
+                                         engine=EngineConfig(model=str(tiny_checkpoint), mode="autoregressive")))
+    assert summary["samples"] == 1 and summary["output_tokens"] >= 1
+
+
+@pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
+def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkeypatch) -> None:
+    """Through each command's own handler, with the run itself replaced by a recorder."""
+    import specactor.bench.suite
+    import specactor.rollout
+    import specactor.server.serve
+    from specactor.cli import main
+
+    seen = []
+    monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
+    monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
+    monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
+    flags = ["--model", "m", "--threads", "3", "--dtype", "bfloat16", "--device", "cpu", "--k", "2", "--window", "5",
+             "--max-batch", "7", "--no-racing"]
+    if command != "bench":
+        flags += ["--mode", "coupled", "--drafters", "suffix", "--seed", "5"]
+    required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": ["--max-len", "300"], "bench": []}[command]
+    with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
+        main([command, *required, *flags])
+    (config,) = seen
+    assert (config.model, config.verifier_threads, config.dtype, config.device, config.k, config.window,
+            config.max_batch, config.racing) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False)
+    if command != "bench":
+        assert (config.mode, config.drafters, config.seed) == ("coupled", ["suffix"], 5)
+    if command == "serve":
+        assert config.max_len == 300
+
+
+def test_a_rollout_with_failed_samples_keeps_the_old_output(tmp_path: Path, tiny_checkpoint: Path,
+                                                            session_cache: Path, monkeypatch) -> None:
+    """Failed samples: OUT stays as it was, every line goes to OUT.failed.jsonl, the error is named."""
+    import specactor.rollout as rollout
+    from specactor.config import EngineConfig
+    from specactor.protocol import FinishReason
+
+    real = rollout._generate
+
+    async def one_fails(config, call, progress):
+        results, latencies, verifier, startup, wall = await real(config, call, progress)
+        results["a#1"] = replace_result(results["a#1"])
+        return results, latencies, verifier, startup, wall
+
+    def replace_result(result):
+        import msgspec
+
+        return msgspec.structs.replace(result, finish_reason=FinishReason.ERROR, error="verifier down: test")
+
+    monkeypatch.setattr(rollout, "_generate", one_fails)
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    prompts.write_text('{"prompt_ids": [1, 9690, 198], "id": "a", "n": 2}\n')
+    out.write_text("an earlier good rollout\n")
+    with pytest.raises(ValueError, match=r"1 of 2 samples failed .*out.failed.jsonl.*a#1: verifier down: test"):
+        rollout.run_rollout(rollout.RolloutOptions(str(prompts), str(out), max_tokens=4, progress=False,
+                                                   engine=EngineConfig(model=str(tiny_checkpoint),
+                                                                       mode="autoregressive")))
+    assert out.read_text() == "an earlier good rollout\n"
+    lines = [json.loads(x) for x in (tmp_path / "out.failed.jsonl").read_text().splitlines()]
+    assert [x["finish_reason"] for x in lines] == ["length", "error"] and lines[1]["error"] == "verifier down: test"

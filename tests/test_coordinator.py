@@ -1,6 +1,9 @@
-"""RolloutEngine end to end on the real default model: speculative modes give
-the autoregressive tokens, drafters that die only slow things down, and history
-drafting learns from earlier rollouts."""
+"""RolloutEngine end to end: speculative modes give the autoregressive tokens,
+drafters that die only slow things down, and history drafting learns from
+earlier rollouts. The cheap drafters and history drafting run on the real
+default model (their drafts come from real text); the model drafter and the
+policy over every drafter run on a tiny random model with the real tokenizer,
+where shared-noise drafting is just as exact and a run takes seconds."""
 
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ import pytest
 from specactor.coordinator import EngineConfig, RolloutEngine
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence, derive_seed
+from specactor.verifier.engine import Engine, sample_sequences
 
-PROMPTS = 20
+PROMPTS = 6
 SAMPLES = 2
-TOKENS = 128
+TOKENS = 48
+TINY_TOKENS = 48
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,28 +31,34 @@ def _prompts(tok_folder: str, count: int) -> list[list[int]]:
 
 
 def _autoregressive(model, tok, prompts, params: SamplingParams, ids: list[str]) -> dict[str, list[int]]:
-    """Reference tokens with the same per-sample seeds as RolloutEngine derives."""
-    seqs = []
-    for rid, prompt in zip(ids, prompts):
-        for s in range(params.n):
-            seed = derive_seed(params.seed, s)
-            one = SamplingParams(temperature=params.temperature, max_tokens=params.max_tokens, seed=seed)
-            seqs.append(Sequence(f"{rid}#{s}", prompt, one, seed=seed))
+    """Reference tokens by the one seed rule, decoded by the target engine alone."""
+    seqs = sample_sequences(prompts, params, ids)
     eos = set(model.cfg.eos_token_ids) | {tok.eos_token_id}  # what the VerifyActor uses
     Engine(model, max_batch=len(seqs), max_len=1024, eos_token_ids=eos).run(seqs)
     return {s.request_id: s.output_ids for s in seqs}
 
 
-@pytest.fixture(scope="module")
-def reference(default_model):
-    folder, model, tok = default_model
+def _reference(folder, model, tok, tokens: int):
     prompts = _prompts(str(folder), PROMPTS)
     ids = [f"p{i}" for i in range(PROMPTS)]
     refs = {}
     for temperature in (0.0, 1.0):
-        params = SamplingParams(temperature=temperature, max_tokens=TOKENS, seed=123, n=SAMPLES)
+        params = SamplingParams(temperature=temperature, max_tokens=tokens, seed=123, n=SAMPLES)
         refs[temperature] = _autoregressive(model, tok, prompts, params, ids)
     return prompts, ids, refs
+
+
+@pytest.fixture(scope="module")
+def reference(default_model):
+    return _reference(*default_model, TOKENS)
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tiny_checkpoint):
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.weights import load_causal_lm
+
+    return _reference(tiny_checkpoint, load_causal_lm(tiny_checkpoint), Tokenizer(tiny_checkpoint), TINY_TOKENS)
 
 
 @pytest.mark.slow
@@ -116,10 +126,16 @@ async def test_bad_configuration_is_refused_clearly() -> None:
         RolloutEngine(EngineConfig(mode="fast"))
     with pytest.raises(ValueError, match="needs transport ipc or tcp"):
         RolloutEngine(EngineConfig(transport="inproc", processes=True))
+    with pytest.raises(ValueError, match="dtype 'float16': choose one of float32, bfloat16"):
+        RolloutEngine(EngineConfig(dtype="float16"))
+    with pytest.raises(ValueError, match=r"sees no CUDA GPU|only \d+ CUDA device\(s\) visible"):
+        RolloutEngine(EngineConfig(device="cuda:99"))
+    with pytest.raises(ValueError, match="choose cpu, cuda or cuda:N"):
+        RolloutEngine(EngineConfig(device="gpu0"))
 
 
-async def test_sigkilled_model_drafter_only_slows_things_down(default_model, session_cache, monkeypatch,
-                                                             reference) -> None:
+async def test_sigkilled_model_drafter_only_slows_things_down(tiny_checkpoint, session_cache, monkeypatch,
+                                                             tiny_reference) -> None:
     """Kill the model-drafter process mid-rollout: every request still finishes
     with exactly the autoregressive tokens."""
     import asyncio
@@ -127,13 +143,19 @@ async def test_sigkilled_model_drafter_only_slows_things_down(default_model, ses
     import signal
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
-    prompts, ids, refs = reference
-    params = SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=123, n=SAMPLES)
-    config = EngineConfig(mode="specactor", drafters=["model"], transport="ipc", processes=True,
-                          max_batch=8, max_len=1024)
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.weights import load_causal_lm
+
+    prompts, ids = tiny_reference[0][:4], tiny_reference[1][:4]
+    # long enough that the kill lands mid-rollout, though accepted drafts make a tiny model fast
+    params = SamplingParams(temperature=1.0, max_tokens=300, seed=123, n=SAMPLES)
+    refs = {1.0: _autoregressive(load_causal_lm(tiny_checkpoint), Tokenizer(tiny_checkpoint), prompts, params, ids)}
+    # coupled: the verifier waits for this drafter's drafts, so once it is dead it must stop waiting
+    config = EngineConfig(model=str(tiny_checkpoint), mode="coupled", drafters=["model"], transport="ipc",
+                          processes=True, max_batch=8, max_len=1024)
     async with RolloutEngine(config) as engine:
         pid = engine.system.pid("draft-model")
-        task = asyncio.ensure_future(engine.generate(prompts[:4], params, request_ids=ids[:4]))
+        task = asyncio.ensure_future(engine.generate(prompts, params, request_ids=ids))
         for _ in range(600):  # until the drafter is really in use (bounded)
             if task.done() or (await engine.stats()).get("verifier", {}).get("accepted", 0) > 0:
                 break
@@ -145,39 +167,39 @@ async def test_sigkilled_model_drafter_only_slows_things_down(default_model, ses
     assert [r.token_ids for r in results] == [refs[1.0][r.request_id] for r in results]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["specactor", "coupled"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-async def test_model_drafter_is_token_identical(default_model, session_cache, monkeypatch, reference, mode,
+async def test_model_drafter_is_token_identical(tiny_checkpoint, session_cache, monkeypatch, tiny_reference,
                                                 temperature) -> None:
-    """The shared-noise model drafter in both modes (8 prompts x 2 samples x 128 tokens: an
-    in-process model drafter at batch 40 would make each of these take minutes)."""
+    """The shared-noise model drafter (an int8 copy of the target), coupled, on the tiny model; 16
+    requests through 4 slots, so the drafter (4 KV-cache slots, like the verifier) must follow
+    requests as they start running, not as they arrive."""
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
-    prompts, ids, refs = reference
-    params = SamplingParams(temperature=temperature, max_tokens=TOKENS, seed=123, n=SAMPLES)
-    config = EngineConfig(mode=mode, drafters=["model"], transport="inproc", processes=False, max_batch=16,
-                          max_len=1024)
+    prompts, ids, refs = tiny_reference
+    params = SamplingParams(temperature=temperature, max_tokens=TINY_TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="coupled", drafters=["model"], transport="inproc",
+                          processes=False, max_batch=4, max_len=1024)
     async with RolloutEngine(config) as engine:
-        results = await engine.generate(prompts[:8], params, request_ids=ids[:8])
+        results = await engine.generate(prompts, params, request_ids=ids)
         stats = await engine.stats()
     diverged = [r.request_id for r in results if r.token_ids != refs[temperature][r.request_id]]
     assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
     # shared-noise drafting: most drafted tokens are accepted even at temperature 1
     assert stats["verifier"]["accepted"] > 0.5 * stats["verifier"]["drafted"], stats["verifier"]
+    assert all(r.stats.drafted > 0 for r in results), "a request that waited for a slot got no drafts"
 
 
 @pytest.mark.slow
-async def test_policy_over_every_drafter_is_token_identical_and_steers(default_model, session_cache, monkeypatch,
-                                                                       reference, events_file) -> None:
+async def test_policy_over_every_drafter_is_token_identical_and_steers(tiny_checkpoint, session_cache, monkeypatch,
+                                                                       tiny_reference, events_file) -> None:
     """Fastest-of-N over ngram, suffix and the model drafter: the autoregressive
     tokens, and assignment events that say why."""
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
-    prompts, ids, refs = reference
-    params = SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=123, n=SAMPLES)
-    config = EngineConfig(mode="specactor", drafters=["ngram", "suffix", "model"], transport="inproc",
-                          processes=False, max_batch=16, max_len=1024)
+    prompts, ids, refs = tiny_reference
+    params = SamplingParams(temperature=1.0, max_tokens=TINY_TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="specactor", drafters=["ngram", "suffix", "model"],
+                          transport="inproc", processes=False, max_batch=16, max_len=1024)
     async with RolloutEngine(config) as engine:
-        results = await engine.generate(prompts[8:16], params, request_ids=ids[8:16])
+        results = await engine.generate(prompts, params, request_ids=ids)
         stats = await engine.stats()
     diverged = [r.request_id for r in results if r.token_ids != refs[1.0][r.request_id]]
     assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
@@ -186,3 +208,22 @@ async def test_policy_over_every_drafter_is_token_identical_and_steers(default_m
     assert assigned and all(e["reason"] for e in assigned)
     used = {m for r in results for m in r.stats.per_method}
     assert used, "no drafter was ever used"
+
+
+async def test_a_request_submitted_after_the_verifier_died_gets_an_error_not_a_hang(tiny_checkpoint, session_cache,
+                                                                                   monkeypatch) -> None:
+    import asyncio
+    import os
+    import signal
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    config = EngineConfig(model=str(tiny_checkpoint), mode="autoregressive", max_len=64, max_batch=2)
+    async with RolloutEngine(config) as engine:
+        os.kill(engine.system.pid("verifier"), signal.SIGKILL)
+        for _ in range(100):
+            if "verifier" in engine.system.down:
+                break
+            await asyncio.sleep(0.05)
+        result = await asyncio.wait_for(engine.generate([1, 2, 3], SamplingParams(max_tokens=4), request_id="late"),
+                                        30)
+    assert result.finish_reason == "error" and "not running" in result.error

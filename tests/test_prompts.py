@@ -29,6 +29,8 @@ GOOD = '{"prompt": "hi", "id": "a", "n": 2, "max_tokens": 5, "seed": 3, "tempera
         ('{"prompt": "x", "temperature": -1}', '"temperature" must be >= 0'),
         ('{"prompt": "x", "seed": -1}', '"seed" must be'),
         ('{"prompt": "x", "id": "a"}', "duplicate id 'a' (first on line 1)"),
+        ('{"prompt": "x", "id": ""}', '"id" must be non-empty'),
+        ('{"prompt": "x", "id": "a#0"}', "without '#'"),
     ],
 )
 def test_bad_lines_name_file_line_and_problem(tmp_path: Path, bad_line: str, message: str) -> None:

@@ -2,8 +2,9 @@
 
 ``inproc`` works only between actors of one process (one ZeroMQ context);
 ``ipc`` (Unix domain sockets) between processes of one machine; ``tcp``
-across machines. TCP binds to loopback unless a host is given explicitly,
-so nothing is exposed to the network by accident.
+over TCP. TCP binds to loopback unless ``ActorSystem(host=...)`` names another
+interface, so nothing is exposed to the network by accident. Every actor is
+this process or a child process of it: nothing starts actors on other machines.
 """
 
 from __future__ import annotations

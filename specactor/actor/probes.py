@@ -1,7 +1,7 @@
 """Small reference actors for tests, health checks and transport benchmarks.
 
 They live in the package (not in tests/) because child processes import them
-by path, and ``specactor bench`` uses them to measure the transports.
+by path; ``bench/transport.py`` uses them to measure the transports.
 """
 
 from __future__ import annotations

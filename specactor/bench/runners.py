@@ -9,14 +9,15 @@ Model loading and process start-up are outside the timed part.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from specactor.bench.measure import Clock, PeakMemory, RunRecord
+from specactor.config import EngineConfig
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import derive_seed
+from specactor.seeds import sample_request_id, sample_seed
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Workload:
     max_tokens: int
     epochs: int
     eos: set[int] = field(default_factory=set)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # the flags' settings, shared by every mode
 
     def request_ids(self) -> list[str]:
         return [p["task_id"] for p in self.problems]
@@ -41,7 +43,8 @@ class Workload:
         return SamplingParams(temperature=temperature, max_tokens=self.max_tokens, n=self.n, seed=self.seed(epoch))
 
     def sample_ids(self) -> list[str]:
-        return [f"{rid}#{s}" for rid in self.request_ids() for s in range(self.n)]
+        """The names RolloutEngine gives the samples (``id`` when n == 1, else ``id#s``)."""
+        return [sample_request_id(rid, s, self.n) for rid in self.request_ids() for s in range(self.n)]
 
 
 @dataclass
@@ -56,12 +59,11 @@ class Mode:
 async def run_engine(mode: Mode, work: Workload, temperature: float,
                      update: dict[str, torch.Tensor] | None, events: str | None = None) -> list[RunRecord]:
     """Our engine, verifier in its own process; epochs on one engine, so drafters keep their history."""
-    from specactor.coordinator import EngineConfig, RolloutEngine
+    from specactor.coordinator import RolloutEngine
 
-    config = EngineConfig(mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
-                          max_batch=len(work.prompt_ids) * work.n,
-                          max_len=max(map(len, work.prompt_ids)) + work.max_tokens, transport="ipc", processes=True,
-                          events_path=events)
+    config = replace(work.engine, mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
+                     max_batch=len(work.prompt_ids) * work.n,
+                     max_len=max(map(len, work.prompt_ids)) + work.max_tokens, events_path=events)
     records = []
     before = PeakMemory.tree_mb()
     async with RolloutEngine(config) as engine:
@@ -100,12 +102,12 @@ def run_transformers(mode: Mode, work: Workload, temperature: float,
     import transformers
 
     before = PeakMemory.tree_mb()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(work.folder), dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(work.folder), dtype=work.engine.torch_dtype).eval()
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
         dict(do_sample=False)
     common = dict(max_new_tokens=work.max_tokens, eos_token_id=sorted(work.eos), pad_token_id=0, **sampling)
     rows = [(sid, prompt) for prompt, rid in zip(work.prompt_ids, work.request_ids())
-            for sid in (f"{rid}#{s}" for s in range(work.n))]
+            for sid in (sample_request_id(rid, s, work.n) for s in range(work.n))]
     records = []
     for epoch in range(work.epochs):
         if epoch and update is not None:
@@ -154,13 +156,13 @@ def run_vllm(mode: Mode, work: Workload, temperature: float,
     import vllm
 
     before = PeakMemory.tree_mb()
-    llm = vllm.LLM(model=str(work.folder), dtype="float32", seed=0)
+    llm = vllm.LLM(model=str(work.folder), dtype=work.engine.dtype, seed=0)
     records = []
     for epoch in range(work.epochs):
         if epoch and update is not None:
             llm.collective_rpc("load_weights", kwargs={"weights": list(update.items())})
         params = [vllm.SamplingParams(temperature=temperature, max_tokens=work.max_tokens,
-                                      seed=derive_seed(work.seed(epoch), s)) for _ in work.prompt_ids
+                                      seed=sample_seed(work.seed(epoch), rid, s)) for rid in work.request_ids()
                   for s in range(work.n)]
         prompts = [vllm.TokensPrompt(prompt_token_ids=p) for p in work.prompt_ids for _ in range(work.n)]
         record = RunRecord(mode.name, temperature, epoch)

@@ -16,7 +16,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import torch
 
 from specactor.bench.measure import RunRecord
 from specactor.bench.runners import Mode, Workload, run_mode, vllm_available
+from specactor.config import EngineConfig
 from specactor.memory import release_freed_memory
 
 LENGTH_PENALTY = 0.05  # reward per sample: test reward - 0.05 * (tokens / max_tokens)
@@ -49,6 +50,7 @@ class BenchOptions:
     modes: tuple[str, ...] = tuple(MODES)
     out: str = "bench/results/suite"
     lr: float = 2e-6
+    engine: EngineConfig = field(default_factory=EngineConfig)  # every run's settings but mode, drafters, sizes
 
     @classmethod
     def quick(cls, **overrides: Any) -> "BenchOptions":
@@ -61,13 +63,14 @@ def build_workload(opts: BenchOptions) -> Workload:
     from specactor.tokenizer import Tokenizer
     from specactor.verifier.config import ModelConfig
 
-    folder = resolve_model(None)
+    folder = resolve_model(opts.engine.model)
     tok = Tokenizer(folder)
     prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
                   for p in humaneval_prompts(opts.prompts)]
     eos = set(ModelConfig.from_dir(folder).eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None
                                                               else set())
-    return Workload(folder, prompt_ids, humaneval_problems(opts.prompts), opts.n, opts.max_tokens, opts.epochs, eos)
+    return Workload(folder, prompt_ids, humaneval_problems(opts.prompts), opts.n, opts.max_tokens, opts.epochs, eos,
+                    opts.engine)
 
 
 def policy_update(work: Workload, lr: float) -> tuple[dict, dict]:
@@ -81,13 +84,12 @@ def policy_update(work: Workload, lr: float) -> tuple[dict, dict]:
     from specactor.rl.grpo import GRPOTrainer, Sample
     from specactor.rl.reward import score
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.engine import Engine, Sequence, derive_seed
+    from specactor.verifier.engine import Engine, sample_sequences
     from specactor.verifier.weights import load_causal_lm
 
     base = work.seed(0)
-    seqs = [Sequence(f"{rid}#{s}", prompt, SamplingParams(temperature=1.0, max_tokens=work.max_tokens,
-                                                          seed=derive_seed(base, s)), seed=derive_seed(base, s))
-            for prompt, rid in zip(work.prompt_ids, work.request_ids()) for s in range(work.n)]
+    seqs = sample_sequences(work.prompt_ids, SamplingParams(temperature=1.0, max_tokens=work.max_tokens, n=work.n,
+                                                            seed=base), work.request_ids())
     Engine(load_causal_lm(work.folder), max_batch=len(seqs),
            max_len=max(map(len, work.prompt_ids)) + work.max_tokens, eos_token_ids=work.eos).run(seqs)
     tok = Tokenizer(work.folder)
@@ -115,6 +117,9 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(["specactor", "bench", *sys.argv[2:]]),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+        "engine": {"model": opts.engine.model or "smollm2-135m", "device": opts.engine.device,
+                   "dtype": opts.engine.dtype, "verifier_threads": opts.engine.verifier_threads,
+                   "k": opts.engine.k, "window": opts.engine.window},
         "workload": {"prompts": opts.prompts, "n": opts.n, "max_tokens": opts.max_tokens, "epochs": opts.epochs,
                      "temperatures": list(opts.temperatures)},
         "runs": [], "update": None, "skipped": {}}

@@ -108,7 +108,8 @@ class ModelDrafter:
         self.noise = noise
         self.device = torch.device(device)
         self.vocab_size = model.cfg.vocab_size
-        # a quantised model keeps float32 embeddings; the cache follows them
+        # the cache takes the embedding's dtype: float32 for fp32 and int8 (torch.ao keeps it), bf16 for
+        # bf16 and int8w (quantize_int8_weights casts everything but the int8 weights to bf16)
         self.cache = KVCache(model.cfg, max_slots, max_len, dtype=model.embed.weight.dtype, device=self.device)
         self.max_slots, self.max_len = max_slots, max_len
         self._ids: list[str] = []  # slot -> request id (compact: slots 0..len-1)
@@ -429,14 +430,17 @@ def as_draft_model(model: CausalLM, quant: str) -> CausalLM:
 def default_model_drafter(
     folder: str | os.PathLike[str],
     *,
-    quant: str = DEFAULT_QUANT,
+    quant: str | None = None,
     max_slots: int = 32,
     max_len: int = 1024,
     noise: str = "shared",
+    device: str = "cpu",
 ) -> ModelDrafter:
-    """A :class:`ModelDrafter` over a cheaper copy (default: int8 weight-only) of the model in ``folder``.
+    """A :class:`ModelDrafter` over a cheaper copy of the model in ``folder``: int8 weight-only on
+    the CPU (the int8 kernel is a CPU one), bf16 on a GPU, unless ``quant`` says otherwise.
 
     For the default model, ``folder`` is ``specactor.models.resolve_model(None)``.
     """
-    return ModelDrafter(load_draft_model(folder, quant), max_slots=max_slots, max_len=max_len, noise=noise,
-                        quant=quant)
+    quant = quant or (DEFAULT_QUANT if device == "cpu" else "bf16")
+    return ModelDrafter(load_draft_model(folder, quant).to(device), max_slots=max_slots, max_len=max_len,
+                        noise=noise, quant=quant, device=device)

@@ -54,10 +54,12 @@ tokens (FIFO). Per-request structures (and a prompt's shared index once no
 request uses it) are freed in ``finish``. Token ids must be non-negative
 (-1 separates sequences inside a store).
 
-Thread safety: the DraftActor runs ``propose`` on a worker thread while its
-event loop keeps applying verdicts (``observe``, ``finish``, ``start``), so
-every entry point takes one re-entrant lock; ``propose`` takes it per request,
-so a verdict waits at most one request's proposal (about 0.1 ms).
+Thread safety: the DraftActor runs ``propose`` on a worker thread and queues
+the verdicts that arrive meanwhile, applying them after the proposal, so in
+the actor they never interleave. Every entry point still takes one re-entrant
+lock (``propose`` per request), so a caller that does apply verdicts
+(``observe``, ``finish``, ``start``) from another thread during a proposal is
+safe too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cost model of PAPER.md: what a verify step and a draft token cost, and
+"""The cost model of SpecActor (arXiv 2511.16193, decoupled speculation): what a verify step and a draft token cost, and
 how many tokens per second a choice of method, window and mode buys.
 
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in

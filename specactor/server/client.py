@@ -20,6 +20,7 @@ import zmq
 import zmq.asyncio
 
 from specactor import protocol as p
+from specactor.requests import Call, Params, normalise
 from specactor.server import api
 from specactor.server.daemon import DEFAULT_ENDPOINT
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict
@@ -116,17 +117,20 @@ class RolloutClient:
 
     # ------------------------------------------------------------------ the engine's API
 
-    async def stream_indexed(self, prompt_ids: Seq[Seq[int]],
-                             sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
-                             request_ids: Seq[str] | None = None,
-                             model: str | None = None) -> AsyncIterator[tuple[int, p.RequestResult]]:
+    async def stream_indexed(self, prompt_ids: Any, sampling_params: Params | None = None,
+                             request_ids: Seq[str] | None = None, model: str | None = None, *,
+                             request_id: str | None = None) -> AsyncIterator[tuple[int, p.RequestResult]]:
         """(index in input order, result) for every sample, as each finishes."""
-        params: Any = sampling_params if isinstance(sampling_params, p.SamplingParams) else list(sampling_params)
+        call = normalise(prompt_ids, sampling_params, request_ids, request_id)
+        async for item in self._stream(call, model):
+            yield item
+
+    async def _stream(self, call: Call, model: str | None) -> AsyncIterator[tuple[int, p.RequestResult]]:
         call_id, queue = self._open()
         try:
             await self._socket().send(api.encode(api.Generate(
-                call_id=call_id, prompt_ids=[list(ids) for ids in prompt_ids], sampling_params=params,
-                request_ids=None if request_ids is None else list(request_ids), model=model)))
+                call_id=call_id, prompt_ids=call.prompt_ids, sampling_params=call.params,
+                request_ids=call.request_ids, model=model)))
             while True:
                 reply = await self._next(queue)
                 if isinstance(reply, api.Done):
@@ -136,21 +140,24 @@ class RolloutClient:
         finally:
             self._calls.pop(call_id, None)
 
-    async def stream(self, prompt_ids: Seq[Seq[int]],
-                     sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
-                     request_ids: Seq[str] | None = None, model: str | None = None) -> AsyncIterator[p.RequestResult]:
-        """Like generate, but yields each result as soon as it finishes."""
-        async for _, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model):
+    async def stream(self, prompt_ids: Any, sampling_params: Params | None = None,
+                     request_ids: Seq[str] | None = None, model: str | None = None, *,
+                     request_id: str | None = None) -> AsyncIterator[p.RequestResult]:
+        """Like generate (either form), but yields each sample's result as soon as it finishes."""
+        async for _, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model,
+                                                   request_id=request_id):
             yield result
 
-    async def generate(self, prompt_ids: Seq[Seq[int]],
-                       sampling_params: p.SamplingParams | Seq[p.SamplingParams] = p.SamplingParams(),
-                       request_ids: Seq[str] | None = None, model: str | None = None) -> list[p.RequestResult]:
-        """Every sample's result, in input order (``n`` samples of a prompt side by side)."""
+    async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
+                       request_ids: Seq[str] | None = None, model: str | None = None, *,
+                       request_id: str | None = None) -> Any:
+        """As :meth:`RolloutEngine.generate`: batch form -> every sample's result in input order;
+        single form ``generate(ids, params, request_id="x")`` -> one result (``n == 1``) or the n."""
+        call = normalise(prompt_ids, sampling_params, request_ids, request_id)
         results: dict[int, p.RequestResult] = {}
-        async for index, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model):
+        async for index, result in self._stream(call, model):
             results[index] = result
-        return [results[i] for i in sorted(results)]
+        return call.shape([results[i] for i in sorted(results)])
 
     async def abort(self, request_id: str) -> None:
         await self._call(lambda call_id: api.Abort(call_id=call_id, request_id=request_id))

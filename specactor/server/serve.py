@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 from specactor.events import configure_events
 
 if TYPE_CHECKING:
-    from specactor.coordinator import EngineConfig
+    import subprocess
+
+    from specactor.config import EngineConfig
 
 READY = "specactor serve: ready on"  # the line a supervisor (or a test) waits for
 
@@ -20,7 +22,6 @@ READY = "specactor serve: ready on"  # the line a supervisor (or a test) waits f
 class ServeOptions:
     engine: "EngineConfig"
     endpoint: str = "tcp://127.0.0.1:5557"
-    events: str | None = None
     client_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
 
@@ -39,7 +40,7 @@ async def _main(opts: ServeOptions) -> None:
     async with RolloutEngine(config) as engine:
         def ready(endpoint: str) -> None:
             print(f"{READY} {endpoint} (model {engine.model_name}, mode {config.mode}, "
-                  f"drafters {','.join(config.active_drafters) or '-'})", flush=True)
+                  f"drafters {','.join(config.active_drafters) or '-'}, {config.device} {config.dtype})", flush=True)
 
         await serve(engine, opts.endpoint, client_timeout_s=opts.client_timeout_s,
                     drain_timeout_s=opts.drain_timeout_s, stop=stop, on_ready=ready)
@@ -47,6 +48,59 @@ async def _main(opts: ServeOptions) -> None:
 
 
 def run_daemon(opts: ServeOptions) -> int:
-    configure_events(opts.events, console_level="warning")
+    configure_events(opts.engine.events_path, console_level="warning")
     asyncio.run(_main(opts))
     return 0
+
+
+class DaemonProcess:
+    """A ``specactor serve`` child process: started on a free loopback port, ready when returned.
+
+        daemon = DaemonProcess.start("--mode", "specactor")
+        ... RolloutClient(daemon.endpoint) ...
+        daemon.stop()   # SIGTERM: drains, delivers every result, exits 0
+    """
+
+    def __init__(self, proc: "subprocess.Popen[str]", endpoint: str, log: list[str]) -> None:
+        self.proc, self.endpoint, self.log = proc, endpoint, log
+
+    @classmethod
+    def start(cls, *args: str, env: dict[str, str] | None = None, timeout_s: float = 180.0) -> "DaemonProcess":
+        """Start the daemon with ``args`` (serve's flags) and wait for its ready line."""
+        import subprocess
+        import threading
+
+        proc = subprocess.Popen([sys.executable, "-m", "specactor.cli", "serve", "--endpoint", "tcp://127.0.0.1:0",
+                                 *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        log: list[str] = []
+        ready = threading.Event()
+        endpoint: list[str] = []
+
+        def pump() -> None:  # keep reading, so the pipe never fills
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.append(line)
+                if line.startswith(READY) and not endpoint:
+                    endpoint.append(line[len(READY):].split()[0])  # tcp://HOST:PORT or ipc://PATH
+                    ready.set()
+            ready.set()  # the process ended
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(timeout_s) or not endpoint:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("specactor serve did not become ready:\n" + "".join(log))
+        return cls(proc, endpoint[0], log)
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``; returns the exit code."""
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode

@@ -11,12 +11,15 @@ and never for a drafter that is down.
 Assignments (from the coordinator, or the PolicyActor as it learns) say which
 methods draft for a request, with which window, coupled or decoupled, racing
 or not. The verifier owns the committed tokens, so it is the one that tells a
-newly assigned drafter to Track the request from its current context, and a
+newly assigned drafter to Track the request from its current context (once
+the request runs: a request waiting for a slot costs a drafter nothing), and a
 dropped one to Untrack it. ``request_id="*"`` sets the assignment of requests
 that arrive later (the policy's cold-start choice).
 
 Everything the forward touches (the engine) is changed only between steps, on
-the event loop: requests, aborts and drafts are queued while a step runs.
+the event loop: requests, aborts, assignments and weight commits wait in an
+inbox until the step ends. Drafts are recorded in the draft book as they
+arrive (the book is not read by the forward; the next step takes the freshest).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Any
 from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
-from specactor.verifier.engine import Engine, Sequence, derive_seed
+from specactor.config import torch_dtype
+from specactor.seeds import sample_seed
+from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
 from specactor.weight_update import IN_FLIGHT, PendingUpdates, checked_update
 
@@ -45,6 +50,9 @@ class VerifyActor(Actor):
         threads: int | None = None,
         barrier_timeout_s: float = 2.0,
         policy: str | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        default_seed: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -53,10 +61,15 @@ class VerifyActor(Actor):
         self.model_name, self.mode, self.window = model, mode, window
         self.max_batch, self.max_len, self.threads = max_batch, max_len, threads
         self.barrier_timeout_s = barrier_timeout_s
+        self.device, self.dtype, self.default_seed = device, dtype, default_seed
+        self._threads, self._bfloat16 = 0, False
         self.verifier: Verifier | None = None
         self.reply_to: dict[str, str] = {}
         self.drafters: dict[str, list[str]] = {}  # request id -> drafter actors tracking it
         self.assignments: dict[str, p.Assignment] = {}  # request id ("*": default) -> its assignment
+        # assigned requests still waiting for a slot: their drafters are told to Track them once they
+        # run, so a drafter holds state (a model drafter: a KV-cache slot) only for running requests
+        self._not_running: dict[str, p.Assignment] = {}
         self.coupled: set[str] = set()  # requests whose drafts the step waits for
         self.policy = policy  # actor that gets every VerdictBatch, if any
         self._inbox: list[tuple[str, p.Message]] = []
@@ -79,13 +92,16 @@ class VerifyActor(Actor):
 
             if self.threads:
                 torch.set_num_threads(self.threads)
+            self._threads = torch.get_num_threads()  # what the forward really uses (reported in stats)
             folder = resolve_model(self.model_name)
-            model = load_causal_lm(folder)
+            model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
             eos = set(model.cfg.eos_token_ids)
             tok_eos = Tokenizer(folder).eos_token_id
             if tok_eos is not None:
                 eos.add(tok_eos)
-            engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos)
+            engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
+                            device=self.device)
+            self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
@@ -113,7 +129,8 @@ class VerifyActor(Actor):
             self._updates.add(msg)
         elif isinstance(msg, p.StatsRequest):
             values = {**self.stats, "version": self.version, "paused": int(self.paused),
-                      "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held)}
+                      "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held),
+                      "threads": self._threads, "bfloat16": int(self._bfloat16)}
             await self.send(sender, p.StatsReply(name=self.name, values=values))
         else:
             raise TypeError(f"VerifyActor does not handle {type(msg).__name__}")
@@ -205,7 +222,9 @@ class VerifyActor(Actor):
     async def _admit(self, sender: str, msg: p.GenerateRequest) -> None:
         assert self.verifier is not None
         reply_to = msg.reply_to or sender
-        seed = msg.params.seed if msg.params.seed is not None else derive_seed(msg.request_id)
+        # the coordinator always sets the seed; a request sent straight to this actor follows the same rule
+        seed = msg.params.seed if msg.params.seed is not None else sample_seed(None, msg.request_id, 0,
+                                                                              self.default_seed)
         seq = Sequence(msg.request_id, list(msg.prompt_ids), msg.params, seed=seed)
         try:
             self.verifier.add(seq, window=self.window if self.mode != "off" else 0)
@@ -218,14 +237,27 @@ class VerifyActor(Actor):
         self.reply_to[msg.request_id] = reply_to
         assignment = self.assignments.get(msg.request_id) or self.assignments.get("*")
         if assignment is not None and self.mode != "off":
-            await self._realize(msg.request_id, assignment)
+            self._not_running[msg.request_id] = assignment  # the engine queues it: Tracked once it runs
 
     async def _assign(self, msg: p.Assignment) -> None:
         """Record an assignment; apply it now if the request is running."""
         assert self.verifier is not None
         self.assignments[msg.request_id] = msg
         if msg.request_id in self.verifier.sequences and self.mode != "off":
-            await self._realize(msg.request_id, msg)
+            if any(seq.request_id == msg.request_id for seq in self.verifier.engine.running):
+                await self._realize(msg.request_id, msg)
+            else:
+                self._not_running[msg.request_id] = msg
+
+    async def _realize_running(self) -> None:
+        """Track the requests the last step started running with their assigned drafters."""
+        if not self._not_running:
+            return
+        assert self.verifier is not None
+        for seq in self.verifier.engine.running:
+            assignment = self._not_running.pop(seq.request_id, None)
+            if assignment is not None:
+                await self._realize(seq.request_id, assignment)
 
     async def _realize(self, request_id: str, msg: p.Assignment) -> None:
         """Make the drafters of ``request_id`` those of ``msg``: Track the new ones
@@ -307,6 +339,7 @@ class VerifyActor(Actor):
                           step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2),
                           methods=verified)
             await self._broadcast(report)
+            await self._realize_running()
 
     async def _broadcast(self, report: Any) -> None:
         per_drafter: dict[str, list[p.Verdict]] = {}
@@ -327,6 +360,7 @@ class VerifyActor(Actor):
         reply_to = self.reply_to.pop(seq.request_id, None)
         drafters = self.drafters.pop(seq.request_id, [])
         self.assignments.pop(seq.request_id, None)
+        self._not_running.pop(seq.request_id, None)
         self.coupled.discard(seq.request_id)
         self.log.info("request.finished", request_id=seq.request_id, tokens=len(seq.output_ids),
                       finish_reason=str(seq.finish_reason or p.FinishReason.ERROR),

@@ -14,15 +14,15 @@ output lives in its :class:`Sequence`.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
 from specactor.protocol import FinishReason, SamplingParams, Verdict
+from specactor.requests import check_prompt, expand, normalise
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
 from specactor.verifier.sampler import SamplingBatch, sample
@@ -30,12 +30,6 @@ from specactor.verifier.tree import DraftTree, matched
 
 #: (method, draft tokens)
 Candidate = tuple[str, list[int]]
-
-
-def derive_seed(*parts: object) -> int:
-    """A stable 63-bit seed from any parts (e.g. base seed, request id, sample)."""
-    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
 
 
 @dataclass
@@ -66,19 +60,13 @@ class Sequence:
         return len(self.prompt_ids) + len(self.output_ids)
 
 
-def check_request(seq: Sequence, vocab_size: int, max_len: int) -> None:
-    """Raise ValueError naming what makes ``seq`` impossible to serve."""
-    seq.params.validate()
-    if not seq.prompt_ids:
-        raise ValueError(f"request {seq.request_id!r}: prompt is empty")
-    bad = [t for t in seq.prompt_ids if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"request {seq.request_id!r}: token id {bad[0]} is outside the vocabulary "
-                         f"(size {vocab_size})")
-    need = len(seq.prompt_ids) + seq.params.max_tokens
-    if need > max_len:
-        raise ValueError(f"request {seq.request_id!r}: prompt ({len(seq.prompt_ids)}) + max_tokens "
-                         f"({seq.params.max_tokens}) = {need} exceeds the context of {max_len}")
+def sample_sequences(prompt_ids: Any, params: SamplingParams | list[SamplingParams], request_ids: list[str], *,
+                     default_seed: int = 0) -> list[Sequence]:
+    """One Sequence per sample of a batch call, named and seeded exactly as RolloutEngine names and
+    seeds them: what references and benchmarks decode with the engine alone."""
+    call = normalise(prompt_ids, params, request_ids, None)
+    jobs = expand(call, vocab_size=None, max_len=2**62, default_seed=default_seed)
+    return [Sequence(job.request_id, job.prompt_ids, job.params, seed=job.params.seed) for job in jobs]
 
 
 @dataclass
@@ -123,7 +111,8 @@ class Engine:
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError naming what makes ``seq`` impossible to serve."""
-        check_request(seq, self.vocab_size, self.cache.max_len)
+        seq.params.validate()
+        check_prompt(seq.request_id, seq.prompt_ids, seq.params, self.vocab_size, self.cache.max_len)
 
     def add(self, seq: Sequence) -> None:
         self.check(seq)

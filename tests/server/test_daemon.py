@@ -1,7 +1,8 @@
 """A real daemon in a subprocess, driven by RolloutClient: generate, stream, abort,
 pause/resume, health, and weight updates (results after one carry the new version
-and equal a fresh engine loaded with the new weights). Runs in file order: the
-weight updates come last."""
+and equal a fresh engine loaded with the new weights). It serves the tiny model
+(the daemon is under test, not the model). Runs in file order: the weight updates
+come last."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from safetensors.torch import save_file
 
 from specactor.protocol import FinishReason, SamplingParams
 from specactor.server.client import RemoteError, RolloutClient
-from specactor.verifier.engine import derive_seed
 from specactor.verifier.weights import load_causal_lm, load_state_dict
 from tests.server.conftest import reference_tokens
 
@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def daemon(daemon_factory):
-    return daemon_factory("--client-timeout", "3")
+def daemon(daemon_factory, tiny_checkpoint):
+    return daemon_factory("--client-timeout", "3", "--model", str(tiny_checkpoint))
 
 
 async def _wait_in_flight(client: RolloutClient, count: int, timeout: float = 30.0) -> dict:
@@ -37,17 +37,17 @@ async def _wait_in_flight(client: RolloutClient, count: int, timeout: float = 30
         await asyncio.sleep(0.05)
 
 
-async def test_generate_and_stream_are_token_identical_to_autoregressive(daemon, default_model, prompts) -> None:
-    _, model, tok = default_model
+async def test_generate_and_stream_are_token_identical_to_autoregressive(daemon, tiny_model, prompts) -> None:
+    _, model, tok = tiny_model
     params = [SamplingParams(temperature=1.0, max_tokens=40, seed=11), SamplingParams(temperature=0.0, max_tokens=8,
                                                                                       seed=12)]
     async with RolloutClient(daemon.endpoint, timeout_s=120) as client:
         health = await client.health()
-        assert health["ok"] and health["model"] == "smollm2-135m" and health["policy_version"] == 0
+        assert health["ok"] and health["model"] == str(tiny_model[0]) and health["policy_version"] == 0
         results = await client.generate(prompts[:2], params, request_ids=["a", "b"])
         assert [r.request_id for r in results] == ["a", "b"]
         for prompt, sp, result in zip(prompts, params, results):
-            assert result.token_ids == reference_tokens(model, tok, prompt, sp)
+            assert result.token_ids == reference_tokens(model, tok, prompt, sp, result.request_id)
             assert len(result.logprobs) == len(result.token_ids) and all(lp <= 0 for lp in result.logprobs)
             assert result.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
             assert result.policy_version == 0
@@ -59,8 +59,8 @@ async def test_generate_and_stream_are_token_identical_to_autoregressive(daemon,
                                         request_ids=["g"])
         assert [r.request_id for r in grouped] == ["g#0", "g#1", "g#2"]
         for sample, result in enumerate(grouped):
-            one = SamplingParams(temperature=1.0, max_tokens=6, seed=derive_seed(5, sample))
-            assert result.token_ids == reference_tokens(model, tok, prompts[0], one)
+            one = SamplingParams(temperature=1.0, max_tokens=6, seed=5)
+            assert result.token_ids == reference_tokens(model, tok, prompts[0], one, "g", sample)
 
 
 async def test_pause_holds_requests_and_abort_answers_them(daemon, prompts) -> None:
@@ -91,12 +91,12 @@ async def test_concurrent_clients_are_served_independently(daemon, prompts) -> N
 
 
 def _perturbed(folder: Path, scale: float) -> dict[str, torch.Tensor]:
-    """The default model's weights with every MLP matrix scaled: an RL step's worth of change."""
+    """The model's weights with every MLP matrix scaled: an RL step's worth of change."""
     return {name: (t * scale if ".mlp." in name else t) for name, t in load_state_dict(folder).items()}
 
 
 def _checkpoint(folder: Path, state: dict[str, torch.Tensor], out: Path) -> Path:
-    """A checkpoint folder: the default model's config and tokenizer, these weights."""
+    """A checkpoint folder: the model's config and tokenizer, these weights."""
     out.mkdir()
     for f in folder.iterdir():
         if f.suffix != ".safetensors" and f.is_file():
@@ -105,30 +105,35 @@ def _checkpoint(folder: Path, state: dict[str, torch.Tensor], out: Path) -> Path
     return out
 
 
-async def test_update_weights_bumps_the_version_and_matches_a_fresh_engine(daemon, default_model, prompts,
+async def test_update_weights_bumps_the_version_and_matches_a_fresh_engine(daemon, tiny_model, prompts,
                                                                           tmp_path) -> None:
-    folder, _, tok = default_model
+    folder, _, tok = tiny_model
     params = SamplingParams(temperature=1.0, max_tokens=24, seed=21)
     new_state = _perturbed(folder, 1.05)
     fresh = load_causal_lm(_checkpoint(folder, new_state, tmp_path / "v1"))
     async with RolloutClient(daemon.endpoint, timeout_s=300) as client:
         before = (await client.generate(prompts[:1], params, request_ids=["w0"]))[0]
-        # a request running when the update arrives finishes on the old weights
+        # a request running when the update arrives finishes on the old weights (paused, so that it
+        # is certainly still running when the commit reaches the verifier: the tiny model is fast)
+        await client.pause()
         running = asyncio.create_task(client.generate(prompts[1:2], SamplingParams(max_tokens=48, seed=3),
                                                       request_ids=["old"]))
         await _wait_in_flight(client, 1)
-        version = await client.update_weights(new_state, chunk_bytes=4 << 20)
-        assert version == 1
+        update = asyncio.create_task(client.update_weights(new_state, chunk_bytes=1 << 20))
+        await asyncio.sleep(0.5)
+        assert not update.done(), "an in_flight='finish' update waits for the running request"
+        await client.resume()
+        assert await update == 1
         assert (await running)[0].policy_version == 0
         after = (await client.generate(prompts[:1], params, request_ids=["w1"]))[0]
         assert after.policy_version == 1 and (await client.health())["policy_version"] == 1
-        assert after.token_ids == reference_tokens(fresh, tok, prompts[0], params)
+        assert after.token_ids == reference_tokens(fresh, tok, prompts[0], params, "w1")
         # the new weights are in use: the same tokens (if they are) come with other log-probs
         assert max(abs(a - b) for a, b in zip(after.logprobs, before.logprobs)) > 1e-3
 
 
-async def test_update_from_a_checkpoint_path_aborting_in_flight(daemon, default_model, prompts, tmp_path) -> None:
-    folder, _, tok = default_model
+async def test_update_from_a_checkpoint_path_aborting_in_flight(daemon, tiny_model, prompts, tmp_path) -> None:
+    folder, _, tok = tiny_model
     params = SamplingParams(temperature=1.0, max_tokens=24, seed=21)
     path = _checkpoint(folder, _perturbed(folder, 0.97), tmp_path / "v2")
     fresh = load_causal_lm(path)
@@ -144,7 +149,7 @@ async def test_update_from_a_checkpoint_path_aborting_in_flight(daemon, default_
         assert doomed.finish_reason == FinishReason.ABORT and "version 7" in doomed.error
         after = (await client.generate(prompts[:1], params, request_ids=["w2"]))[0]
         assert after.policy_version == 7
-        assert after.token_ids == reference_tokens(fresh, tok, prompts[0], params)
+        assert after.token_ids == reference_tokens(fresh, tok, prompts[0], params, "w2")
         with pytest.raises(RemoteError, match="not newer"):
             await client.update_weights(path=str(path), version=7)
         with pytest.raises(RemoteError, match="missing"):

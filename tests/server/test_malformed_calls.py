@@ -80,13 +80,13 @@ MALFORMED: list[tuple[str, object, str | None]] = [
 
 
 @pytest.fixture(scope="module")
-def daemon(daemon_factory):
-    return daemon_factory("--mode", "specactor")
+def daemon(daemon_factory, tiny_checkpoint):
+    return daemon_factory("--mode", "specactor", "--model", str(tiny_checkpoint))
 
 
-async def test_every_malformed_call_is_answered_and_a_concurrent_request_completes(daemon, default_model,
+async def test_every_malformed_call_is_answered_and_a_concurrent_request_completes(daemon, tiny_model,
                                                                                   prompts) -> None:
-    _, model, tok = default_model
+    _, model, tok = tiny_model
     valid_params = SamplingParams(temperature=1.0, max_tokens=96, seed=77)
     ctx = zmq.asyncio.Context.instance()
     raw = ctx.socket(zmq.DEALER)
@@ -115,7 +115,7 @@ async def test_every_malformed_call_is_answered_and_a_concurrent_request_complet
         kinds += 1
         assert kinds >= 15
         result = (await valid)[0]
-        assert result.token_ids == reference_tokens(model, tok, prompts[0], valid_params)
+        assert result.token_ids == reference_tokens(model, tok, prompts[0], valid_params, "valid")
         health = await client.health()
         assert health["ok"] and health["in_flight"] == 0 and health["policy_version"] == 0
         # and the daemon still serves normally afterwards

@@ -7,7 +7,8 @@ import torch
 
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import FinishReason, SamplingParams
-from specactor.verifier.engine import Engine, Sequence, derive_seed
+from specactor.seeds import derive_seed
+from specactor.verifier.engine import Engine, Sequence
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 
@@ -25,11 +26,11 @@ def test_greedy_matches_transformers_generate_on_humaneval(default_model) -> Non
 
     folder, model, tok = default_model
     hf = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    prompts = _humaneval_ids(tok, 5)
-    engine = Engine(model, max_batch=5, max_len=1024)
-    seqs = engine.run(_seq(f"h{i}", p, max_tokens=64) for i, p in enumerate(prompts))
+    prompts = _humaneval_ids(tok, 3)
+    engine = Engine(model, max_batch=3, max_len=1024)
+    seqs = engine.run(_seq(f"h{i}", p, max_tokens=48) for i, p in enumerate(prompts))
     for seq, prompt in zip(seqs, prompts):
-        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False, eos_token_id=None,
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, eos_token_id=None,
                           pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
         assert seq.output_ids == ref[0, len(prompt):].tolist(), seq.request_id
 
@@ -48,16 +49,17 @@ def test_batch_invariance_tiny_model_is_exact() -> None:
 
 
 def test_batch_invariance_default_model_divergence_rate(default_model) -> None:
-    """Alone vs in a batch of 32 mixed-length HumanEval requests at temperature 1.
+    """Alone vs in a batch of 16 mixed-length HumanEval requests at temperature 1.
 
     fp32 matmuls of different shapes can round differently; a near-tie may then
-    flip a token. We measure how often a request diverges and bound it.
+    flip a token. A bound here; bench/batch_invariance.py measures the rate on
+    256 samples x 256 tokens (bench/RESULTS.md).
     """
     _, model, tok = default_model
-    prompts = _humaneval_ids(tok, 32)
-    together = Engine(model, max_batch=32, max_len=1024).run(
+    prompts = _humaneval_ids(tok, 16)
+    together = Engine(model, max_batch=16, max_len=1024).run(
         _seq(f"r{i}", p, temperature=1.0, max_tokens=24, seed=derive_seed(7, i)) for i, p in enumerate(prompts))
-    checked = list(range(0, 32, 4))
+    checked = list(range(0, 16, 4))
     diverged = 0
     for i in checked:
         alone = Engine(model, max_batch=1, max_len=1024).run(

@@ -1,4 +1,4 @@
-"""Losslessness (DESIGN invariant 1): whatever the drafts, the tokens are the
+"""Losslessness (README, "lossless"): whatever the drafts, the tokens are the
 autoregressive ones. Hypothesis drives adversarial drafters against the verifier."""
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""Drive a specactor daemon the way verl's agent loop drives its rollout servers.
+
+verl's server contract is one request per call:
+``generate(prompt_ids, sampling_params, request_id) -> token ids, log-probs, stop reason``.
+An agent loop runs one coroutine per sample (a GRPO group is n separate requests
+with their own ids), many in flight at once, each awaiting its own answer. The
+daemon batches whatever is in flight and speculates on it.
+
+    specactor serve --endpoint tcp://127.0.0.1:5557 &
+    python examples/verl_style.py --endpoint tcp://127.0.0.1:5557
+
+Without ``--endpoint`` the example starts a daemon of its own and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+from specactor import RolloutClient, SamplingParams
+
+
+@dataclass
+class TokenOutput:
+    """What a verl rollout server returns for one request."""
+
+    request_id: str
+    token_ids: list[int]
+    log_probs: list[float]
+    stop_reason: str  # "stop" (EOS or a stop token), "length", "abort" or "error"
+
+
+async def agent_loop(client: RolloutClient, prompt_ids: list[int], request_id: str,
+                     params: SamplingParams) -> TokenOutput:
+    """One sample of one prompt: a single request, awaited on its own."""
+    result = await client.generate(prompt_ids, params, request_id=request_id)
+    return TokenOutput(result.request_id, list(result.token_ids), list(result.logprobs), str(result.finish_reason))
+
+
+async def rollout(endpoint: str, prompts: list[list[int]], n: int, params: SamplingParams,
+                  on_done=None) -> list[TokenOutput]:
+    """A GRPO batch: ``n`` concurrent single requests per prompt; outputs in (prompt, sample) order."""
+    async with RolloutClient(endpoint, timeout_s=600) as client:
+        ids = [f"{uuid.uuid4().hex[:12]}-p{i}-s{s}" for i in range(len(prompts)) for s in range(n)]
+        tasks = {rid: asyncio.create_task(agent_loop(client, prompts[k // n], rid, params))
+                 for k, rid in enumerate(ids)}
+        for done in asyncio.as_completed(tasks.values()):
+            out = await done
+            if on_done is not None:
+                on_done(out)
+        return [tasks[rid].result() for rid in ids]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", default=None, help="a running daemon (default: start one)")
+    parser.add_argument("--prompts", type=int, default=4, help="HumanEval problems")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt (a GRPO group)")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    args = parser.parse_args()
+
+    from specactor.models import resolve_model
+    from specactor.prompts import humaneval_prompts
+    from specactor.server.serve import DaemonProcess
+    from specactor.tokenizer import Tokenizer
+
+    tok = Tokenizer(resolve_model(None))  # the client tokenizes; the daemon works on token ids
+    prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(args.prompts)]
+    daemon = None if args.endpoint else DaemonProcess.start("--max-batch", str(args.prompts * args.n))
+    endpoint = args.endpoint or daemon.endpoint  # type: ignore[union-attr]
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
+    start = time.perf_counter()
+    try:
+        outputs = asyncio.run(rollout(endpoint, prompts, args.n, params, on_done=lambda out: print(
+            f"{out.request_id}: {len(out.token_ids):4d} tokens, {out.stop_reason}")))
+    finally:
+        if daemon is not None:
+            daemon.stop()
+    tokens = sum(len(o.token_ids) for o in outputs)
+    wall = time.perf_counter() - start
+    print(f"{len(outputs)} requests, {tokens} tokens in {wall:.1f} s ({tokens / wall:.1f} tokens/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""EngineConfig: the one configuration of a rollout engine.
+
+The Python API takes it directly; ``specactor rollout``, ``serve`` and
+``bench`` build it from their flags through one function
+(:func:`specactor.engine_flags.engine_config_from_args`), so every engine
+setting reaches every entry point the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specactor.drafters.registry import METHODS
+
+if TYPE_CHECKING:
+    import torch
+
+MODES = ("autoregressive", "coupled", "specactor")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # registry name (default smollm2-135m) or a local checkpoint folder
+    mode: str = "specactor"
+    drafters: list[str] = field(default_factory=lambda: ["ngram"])
+    k: int = 4  # draft length per proposal (coupled: per verify step)
+    window: int = 8  # decoupled: how far a drafter may run ahead of the last verdict
+    max_batch: int = 32
+    max_len: int = 1024
+    device: str = "cpu"  # cpu, cuda or cuda:N: where the target (and a model drafter) runs
+    dtype: str = "float32"  # float32 or bfloat16: weights, activations and KV cache of the target
+    seed: int = 0  # the seed of requests that name none (see specactor.seeds)
+    transport: str = "ipc"
+    processes: bool = True  # verifier and model drafters in their own processes
+    verifier_threads: int | None = None  # default: torch's (the physical cores), less a model drafter's
+    drafter_threads: int = 1
+    events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
+    policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
+    racing: bool = True  # the policy may race extra methods for tail requests
+    profile: str | None = None  # cost profile for the policy (default: the packaged one)
+
+    def check(self) -> None:
+        """Raise ValueError naming the first setting that cannot work."""
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        unknown = [d for d in self.drafters if d not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown drafting method {unknown[0]!r}: choose from {', '.join(METHODS)}")
+        if self.mode != "autoregressive" and not self.drafters:
+            raise ValueError(f"mode {self.mode} needs at least one drafter")
+        if not 1 <= self.k <= self.window:
+            raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.window})")
+        if self.max_batch < 1 or self.max_len < 2:
+            raise ValueError(f"need max_batch >= 1 and max_len >= 2 (got {self.max_batch}, {self.max_len})")
+        if self.processes and self.transport == "inproc":
+            raise ValueError("processes=True needs transport ipc or tcp")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        check_device(self.device)
+
+    @property
+    def torch_dtype(self) -> "torch.dtype":
+        return torch_dtype(self.dtype)
+
+    @property
+    def verifier_thread_count(self) -> int | None:
+        """Torch threads of the verifier: torch's default (None), or all cores minus the model
+        drafter's when one runs in its own process on the CPU. Oversubscribing costs more than the thread it buys: on 2 cores,
+        a 2-thread verifier beside a 1-thread model drafter took 19.1 s where a 1-thread
+        verifier took 11.8 s (bench/RESULTS.md, thread split)."""
+        if self.verifier_threads is not None:
+            return self.verifier_threads
+        if self.processes and "model" in self.active_drafters and self.device == "cpu":
+            return max(1, (os.cpu_count() or 1) - self.drafter_threads)
+        return None
+
+    @property
+    def active_drafters(self) -> list[str]:
+        if self.mode == "autoregressive":
+            return []
+        return self.drafters[:1] if self.mode == "coupled" else list(self.drafters)
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    """The torch dtype called ``name`` (one of :data:`DTYPES`)."""
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this torch cannot use, saying why (before any process starts)."""
+    if device == "cpu":
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ValueError(f"device {device!r}: choose cpu, cuda or cuda:N")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch ({torch.__version__}) sees no CUDA GPU")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")

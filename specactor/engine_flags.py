@@ -1,0 +1,89 @@
+"""The engine's command-line flags, and the one function that turns them into an EngineConfig.
+
+``specactor rollout``, ``serve`` and ``bench`` all add their engine flags with
+:func:`add_engine_arguments` and read them with :func:`engine_config_from_args`,
+so a setting cannot reach one command and be forgotten by another.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specactor.config import DTYPES, MODES, EngineConfig
+
+#: Flags a command may leave out, because it sets the field itself (bench: mode and drafters per
+#: run, seeds per epoch; rollout: max_len from its prompts).
+OPTIONAL = ("mode", "drafters", "seed", "events", "max_len")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str = "specactor",
+                         without: tuple[str, ...] = ()) -> None:
+    """Add every engine flag (less those in ``without``, each one of :data:`OPTIONAL`)."""
+    assert set(without) <= set(OPTIONAL), without
+    group = parser.add_argument_group("engine")
+    group.add_argument("--model", default=None,
+                       help="registry name (default smollm2-135m) or a local Hugging Face checkpoint folder")
+    if "mode" not in without:
+        group.add_argument("--mode", default=default_mode, choices=MODES,
+                           help="autoregressive baseline, coupled speculation, or SpecActor "
+                                "(decoupled, steered by the Fastest-of-N policy)")
+    if "drafters" not in without:
+        group.add_argument("--drafters", default="ngram,suffix",
+                           help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
+                                "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
+    group.add_argument("--k", type=positive_int, default=4, help="tokens per draft proposal")
+    group.add_argument("--window", type=positive_int, default=8,
+                       help="decoupled: how far a drafter may draft ahead of the last verdict")
+    group.add_argument("--max-batch", type=positive_int, default=32, help="requests decoded together")
+    if "max_len" not in without:
+        group.add_argument("--max-len", type=positive_int, default=1024,
+                           help="longest prompt + max_tokens a request may have (sizes the KV cache)")
+    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA is untested, see README)")
+    group.add_argument("--dtype", default="float32", choices=DTYPES,
+                       help="precision of the target's weights, activations and KV cache")
+    group.add_argument("--threads", type=positive_int, default=None,
+                       help="torch threads of the verifier (default: torch's own, the physical cores, less one "
+                            "for a model drafter in its own process)")
+    if "seed" not in without:
+        group.add_argument("--seed", type=int, default=0,
+                           help="seed of requests that name none; sample i of request X gets the seed "
+                                "derived from (seed, X, i), the same through every entry point")
+    if "events" not in without:
+        group.add_argument("--events", default=None, help="write structured events (JSON lines) here")
+    group.add_argument("--no-policy", action="store_true",
+                       help="specactor mode without the Fastest-of-N policy: every drafter on every request")
+    group.add_argument("--no-racing", action="store_true",
+                       help="the policy never races a second method on tail requests")
+
+
+def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
+    """The EngineConfig the flags describe (``overrides`` win); checked, ValueError naming a bad one."""
+    from specactor.drafters.registry import parse_methods
+
+    given = vars(args)
+    fields: dict[str, Any] = {
+        "model": args.model, "k": args.k, "window": args.window, "max_batch": args.max_batch,
+        "device": args.device, "dtype": args.dtype, "verifier_threads": args.threads,
+        "policy": not args.no_policy, "racing": not args.no_racing,
+    }
+    if "mode" in given:
+        fields["mode"] = args.mode
+    if "drafters" in given:
+        fields["drafters"] = parse_methods(args.drafters)
+    if "max_len" in given:
+        fields["max_len"] = args.max_len
+    if "seed" in given:
+        fields["seed"] = args.seed
+    if "events" in given:
+        fields["events_path"] = args.events
+    config = EngineConfig(**{**fields, **overrides})
+    config.check()
+    return config
