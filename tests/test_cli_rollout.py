@@ -18,12 +18,12 @@ def _cli(args: list[str], cache: Path) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=600)
 
 
-def test_rollout_writes_the_contract_format(tmp_path: Path, session_cache: Path) -> None:
+def test_rollout_writes_the_contract_format(tmp_path: Path, session_cache: Path, tiny_checkpoint: Path) -> None:
     prompts = tmp_path / "in.jsonl"
     prompts.write_text('{"prompt": "Say hi.", "id": "greet", "n": 2}\n{"prompt_ids": [1, 9690, 198], "max_tokens": 3}\n')
     out, events = tmp_path / "out.jsonl", tmp_path / "events.jsonl"
-    run = _cli(["rollout", "--prompts", str(prompts), "--out", str(out), "--max-tokens", "6",
-                "--temperature", "1.0", "--seed", "11", "--events", str(events)], session_cache)
+    run = _cli(["rollout", "--prompts", str(prompts), "--out", str(out), "--max-tokens", "6", "--model",
+                str(tiny_checkpoint), "--temperature", "1.0", "--seed", "11", "--events", str(events)], session_cache)
     assert run.returncode == 0, run.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(x["id"], x["sample"]) for x in lines] == [("greet", 0), ("greet", 1), ("1", 0)]
@@ -40,8 +40,8 @@ def test_rollout_writes_the_contract_format(tmp_path: Path, session_cache: Path)
     assert {"verify.step", "request.finished", "rollout.summary"} <= names and "engine.step" not in names
     # same input, same seed: same tokens (seeds derive from --seed, id, sample)
     again = tmp_path / "again.jsonl"
-    assert _cli(["rollout", "--prompts", str(prompts), "--out", str(again), "--max-tokens", "6",
-                 "--seed", "11", "--max-batch", "1"], session_cache).returncode == 0
+    assert _cli(["rollout", "--prompts", str(prompts), "--out", str(again), "--max-tokens", "6", "--model",
+                 str(tiny_checkpoint), "--seed", "11", "--max-batch", "1"], session_cache).returncode == 0
     assert [json.loads(x)["token_ids"] for x in again.read_text().splitlines()] == [x["token_ids"] for x in lines]
 
 

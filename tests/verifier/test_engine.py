@@ -7,7 +7,6 @@ import torch
 
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import FinishReason, SamplingParams
-from specactor.seeds import derive_seed
 from specactor.verifier.engine import Engine, Sequence
 from tests.conftest import ours_from_hf, tiny_hf_model
 
@@ -46,27 +45,6 @@ def test_batch_invariance_tiny_model_is_exact() -> None:
         alone = Engine(model, max_batch=1, max_len=128).run([_seq("x", prompts[i], 1.0, 24, seed=i)])[0]
         assert alone.output_ids == together[i].output_ids
         assert alone.logprobs == pytest.approx(together[i].logprobs, abs=1e-5)
-
-
-def test_batch_invariance_default_model_divergence_rate(default_model) -> None:
-    """Alone vs in a batch of 16 mixed-length HumanEval requests at temperature 1.
-
-    fp32 matmuls of different shapes can round differently; a near-tie may then
-    flip a token. A bound here; bench/batch_invariance.py measures the rate on
-    256 samples x 256 tokens (bench/RESULTS.md).
-    """
-    _, model, tok = default_model
-    prompts = _humaneval_ids(tok, 16)
-    together = Engine(model, max_batch=16, max_len=1024).run(
-        _seq(f"r{i}", p, temperature=1.0, max_tokens=24, seed=derive_seed(7, i)) for i, p in enumerate(prompts))
-    checked = list(range(0, 16, 4))
-    diverged = 0
-    for i in checked:
-        alone = Engine(model, max_batch=1, max_len=1024).run(
-            [_seq("x", prompts[i], 1.0, 24, seed=derive_seed(7, i))])[0]
-        diverged += alone.output_ids != together[i].output_ids
-    print(f"batch divergence: {diverged}/{len(checked)} requests")
-    assert diverged <= 1
 
 
 def test_stop_conditions_and_finish_reasons() -> None:
