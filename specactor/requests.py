@@ -22,8 +22,7 @@ from typing import Any, Collection, Sequence as Seq
 from specactor import protocol as p
 from specactor.seeds import sample_request_id, sample_seed
 
-#: Prompts and params as a batch call takes them.
-Prompts = Seq[Seq[int]]
+#: Sampling params as a call takes them: one for every prompt, or one per prompt.
 Params = p.SamplingParams | Seq[p.SamplingParams]
 
 
