@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from specactor.verifier.config import ModelConfig, rope_inv_freq
 from specactor.verifier.kv_cache import KVCache
+from specactor.verifier.packed import PackedLinear, packing_available
 
 
 @dataclass
@@ -138,6 +139,15 @@ class Layer(torch.nn.Module):
         self.down = torch.nn.Linear(cfg.intermediate_size, d, bias=False)
 
 
+def _load_linear(linear: torch.nn.Module, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    if isinstance(linear, PackedLinear):
+        linear.load(weight, bias)
+        return
+    linear.weight.copy_(weight)
+    if bias is not None:
+        linear.bias.copy_(bias)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """As in transformers: normalise in float32, scale in the input dtype."""
     x32 = x.float()
@@ -204,16 +214,33 @@ class CausalLM(torch.nn.Module):
                 pre = f"model.layers.{i}."
                 layer.input_norm.copy_(take(pre + "input_layernorm.weight"))
                 layer.post_norm.copy_(take(pre + "post_attention_layernorm.weight"))
-                layer.qkv.weight.copy_(torch.cat([take(pre + f"self_attn.{n}_proj.weight") for n in "qkv"]))
-                if cfg.attention_bias:
-                    layer.qkv.bias.copy_(torch.cat([take(pre + f"self_attn.{n}_proj.bias") for n in "qkv"]))
-                layer.o.weight.copy_(take(pre + "self_attn.o_proj.weight"))
-                layer.gate_up.weight.copy_(torch.cat([take(pre + "mlp.gate_proj.weight"),
-                                                      take(pre + "mlp.up_proj.weight")]))
-                layer.down.weight.copy_(take(pre + "mlp.down_proj.weight"))
+                qkv_bias = torch.cat([take(pre + f"self_attn.{n}_proj.bias") for n in "qkv"]) \
+                    if cfg.attention_bias else None
+                _load_linear(layer.qkv, torch.cat([take(pre + f"self_attn.{n}_proj.weight") for n in "qkv"]),
+                             qkv_bias)
+                _load_linear(layer.o, take(pre + "self_attn.o_proj.weight"))
+                _load_linear(layer.gate_up, torch.cat([take(pre + "mlp.gate_proj.weight"),
+                                                       take(pre + "mlp.up_proj.weight")]))
+                _load_linear(layer.down, take(pre + "mlp.down_proj.weight"))
             self.norm.copy_(take("model.norm.weight"))
             if not cfg.tie_word_embeddings:
-                self.lm_head.weight.copy_(take("lm_head.weight"))
+                _load_linear(self.lm_head, take("lm_head.weight"))
+            elif isinstance(self.lm_head, PackedLinear):  # packing untied the head: repack the new embedding
+                self.lm_head.load(self.embed.weight)
+
+    def pack(self) -> bool:
+        """Prepack every linear layer for oneDNN where that works (CPU, float32; see
+        :mod:`specactor.verifier.packed`); returns whether the model is packed. Inference only:
+        only the packed copies are kept, and weight updates repack them."""
+        if isinstance(self.lm_head, PackedLinear):
+            return True
+        if not packing_available(self.embed.weight):
+            return False
+        for layer in self.layers:
+            for name in ("qkv", "o", "gate_up", "down"):
+                setattr(layer, name, PackedLinear.from_linear(getattr(layer, name)))
+        self.lm_head = PackedLinear.from_linear(self.lm_head)
+        return True
 
     # ------------------------------------------------------------------ forward
 
