@@ -151,23 +151,38 @@ class RolloutEngine:
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
                            "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
-                           "policy": "policy" if use_policy else None}
+                           "policy": "policy" if use_policy else None,
+                           "learners": ["draft-learned"] if "learned" in cfg.active_drafters else []}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a
             # process of its own sets torch's thread count: it is global to the process, and the
             # caller's (an RL loop training in this process) must stay as it is.
-            own_process = cfg.processes and method == "model"
+            own_process = cfg.processes and method in ("model", "learned")
             kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
                       "threads": cfg.drafter_threads if own_process else None}
-            if method == "model":  # sized like the verifier: it drafts for every running request
+            if method in ("model", "learned"):  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
                                              "max_len": cfg.max_len + cfg.window}
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
-                              {"methods": cfg.active_drafters, "max_window": cfg.window, "profile": cfg.profile,
-                               "racing": cfg.racing}, False)
+                              {"methods": cfg.active_drafters, "max_window": cfg.window,
+                               "profile": await self._policy_profile(), "racing": cfg.racing}, False)
+
+    async def _policy_profile(self) -> str:
+        """The cost profile the policy decides on: the file ``profile`` names, or the packaged one;
+        else (auto, cached) this machine's, which the verifier measured or found before it started
+        serving (its spawn has returned), cached under the thread count it reports."""
+        from specactor.models import resolve_model
+        from specactor.policy.profiling import resolve_profile
+
+        cfg = self.config
+        if cfg.profile not in (None, "auto", "cached"):
+            return str(cfg.profile)
+        threads = (await self.stats(timeout_s=10.0)).get("verifier", {}).get("threads")
+        return resolve_profile(cfg.profile, resolve_model(cfg.model), dtype=cfg.dtype, device=cfg.device,
+                               threads=int(threads) if threads else None)
 
     async def _spawn(self, name: str, cls: str, kwargs: dict[str, Any], process: bool) -> None:
         if process:
@@ -225,8 +240,9 @@ class RolloutEngine:
 
     @property
     def _weight_holders(self) -> list[str]:
-        """Actors that hold a copy of the policy's weights: the verifier, and a model drafter."""
-        return ["verifier"] + (["draft-model"] if "model" in self.config.active_drafters else [])
+        """Actors that hold a copy of the policy's weights: the verifier, a model drafter, and a
+        learned drafter (which retrains on the rollouts when the policy changes)."""
+        return ["verifier"] + [f"draft-{m}" for m in ("model", "learned") if m in self.config.active_drafters]
 
     async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,
                              in_flight: str = "finish", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

@@ -55,6 +55,10 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("version", "update_id", "ok", "error", "held"),
     ),
     "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
+    "draft.trained": (
+        "A learned drafter distilled itself on the rollouts after a weight update (loss: first and last tenth).",
+        ("method", "version", "sequences", "tokens", "epochs", "seconds", "loss_first", "loss_last", "vocab"),
+    ),
     "draft.failed": ("A drafter raised; its requests go on without its drafts.", ("method", "error")),
     "policy.assign": (
         "The policy changed a request's drafting: methods (several = racing; none = speculation off), window, "
@@ -62,6 +66,15 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("request_id", "step", "methods", "window", "mode", "reason"),
     ),
     "policy.default": ("The policy's choice for requests yet to arrive.", ("methods", "window", "reason")),
+    "policy.profile": (
+        "The cost profile the policy decides on: this machine's, measured now (seconds it took) or cached, "
+        "or 'packaged' (no profile for this machine: the packaged one, corrected online).",
+        ("path", "seconds", "cached"),
+    ),
+    "policy.profile_unusable": (
+        "A cached cost profile could not be used (corrupt, or measured for another setting): it is measured again.",
+        ("path", "error"),
+    ),
     "coordinator.error_reply": ("An actor answered the coordinator with an error.", ("sender", "code", "error", "ref")),
     "request.finished": (
         "A request produced its result (verify steps, drafted and accepted tokens: speculative modes).",

@@ -273,6 +273,13 @@ class Untrack(_Msg, tag=27):
     request_id: str
 
 
+class Rollouts(_Msg, tag=36):
+    """Finished samples' committed tokens, for drafters that learn from the policy's rollouts."""
+
+    prompts: list[list[int]]
+    outputs: list[list[int]]
+
+
 class Assignment(_Msg, tag=28):
     """The policy's choice for one request (``"*"``: for requests yet to come).
 
@@ -397,6 +404,7 @@ Message = Union[
     Pause,
     Resume,
     ControlAck,
+    Rollouts,
 ]
 
 MESSAGE_TYPES: tuple[type[_Msg], ...] = Message.__args__  # type: ignore[attr-defined]

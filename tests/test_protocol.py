@@ -38,6 +38,7 @@ EXAMPLES: dict[type, p._Msg] = {
     p.Track: p.Track(request_id="r1", context_ids=[1, 2], prompt_len=2, window=8, mode=p.DraftMode.COUPLED,
                      seed=5, temperature=1.0),
     p.Untrack: p.Untrack(request_id="r1"),
+    p.Rollouts: p.Rollouts(prompts=[[1, 2]], outputs=[[3, 4, 5]]),
     p.Assignment: p.Assignment(request_id="r1", methods=["ngram", "model"], window=6, mode=p.DraftMode.DECOUPLED,
                                reason="tail racing"),
     p.AssignmentBatch: p.AssignmentBatch(assignments=[p.Assignment(request_id="r2", methods=[], window=0,

@@ -1,4 +1,5 @@
-"""What one benchmark run measures: makespan, tokens/s over time, the tail, peak memory."""
+"""What one benchmark run measures: makespan, tokens/s over time, the two phases of a
+long-tail rollout, the samples that hit the length cap, peak memory."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
+
+def phase_split(finish_s: list[float], makespan_s: float) -> tuple[float, float]:
+    """(phase 1, phase 2) of a rollout: before and after half of the samples finished (the
+    ceil(n/2)-th finish). Phase 1 runs at a large batch; phase 2 is the tail, where the batch
+    has shrunk and speculation has spare compute to use. The two sum to the makespan."""
+    if not finish_s:
+        return makespan_s, 0.0
+    half = min(sorted(finish_s)[math.ceil(len(finish_s) / 2) - 1], makespan_s)
+    return half, makespan_s - half
 
 
 class PeakMemory:
@@ -63,6 +74,9 @@ class RunRecord:
     outputs: dict[str, list[int]] = field(default_factory=dict)
     differing: int | None = None  # samples whose tokens differ from autoregressive (None: not comparable)
     policy_version: int | None = None
+    #: per sample id: tokens, finish_reason, verify_steps, per_method {method: drafted, accepted, steps}
+    samples: dict[str, dict] = field(default_factory=dict)
+    note: str = ""  # what makes this run differ from the others (a subset of the prompts, ...)
 
     def set_memory(self, memory: PeakMemory, before_mb: float) -> None:
         self.peak_mb, self.added_mb = memory.peak_mb, memory.peak_mb - before_mb
@@ -84,6 +98,15 @@ class RunRecord:
         times = sorted(t for t, _ in self.finishes)
         return self.makespan_s - times[max(math.floor(0.9 * len(times)) - 1, 0)]
 
+    @property
+    def phases(self) -> tuple[float, float]:
+        return phase_split([t for t, _ in self.finishes], self.makespan_s)
+
+    @property
+    def capped(self) -> int:
+        """Samples that stopped at max_tokens rather than at EOS."""
+        return sum(s.get("finish_reason") == "length" for s in self.samples.values())
+
     def summary(self) -> dict:
         return {"mode": self.mode, "temperature": self.temperature, "epoch": self.epoch,
                 "makespan_s": round(self.makespan_s, 3), "tokens": self.tokens,
@@ -92,7 +115,9 @@ class RunRecord:
                 else round(self.mean_accepted_length, 3),
                 "tail_s": round(self.tail_s, 3), "peak_mb": round(self.peak_mb), "added_mb": round(self.added_mb),
                 "differing": self.differing, "policy_version": self.policy_version,
-                "finishes": [(round(t, 3), n) for t, n in self.finishes]}
+                "phase1_s": round(self.phases[0], 3), "phase2_s": round(self.phases[1], 3),
+                "samples": len(self.outputs), "capped": self.capped, "note": self.note,
+                "finishes": [(round(t, 3), n) for t, n in self.finishes], "per_sample": self.samples}
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The bench's markdown table and figure."""
+"""The bench's markdown tables (speed beside its ceilings, per epoch and phase; run details) and figure."""
 
 from __future__ import annotations
 
@@ -15,38 +15,123 @@ def _by_mode(report: dict[str, Any], temperature: float) -> dict[str, list[dict]
     return rows
 
 
+BOUNDS = (("oracle", "oracle"), ("zero_cost", "zero-cost drafter"), ("perfect", "perfect drafter"))
+OWN_PLAN = {"oracle": "oracle", "zero_cost": "zero-cost", "perfect": "perfect"}  # ceilings.py's labels
+
+
+def _ceilings(report: dict[str, Any], temperature: float) -> dict[int, dict]:
+    return {c["epoch"]: c for c in report.get("ceilings", []) if c["temperature"] == temperature}
+
+
+def _x(base: float | None, value: float | None) -> str:
+    return f"{base / value:.2f}x" if base and value else "-"
+
+
+def _cell(seconds: float | None, base: float | None) -> str:
+    """``seconds (speedup)``; the speedup is the baseline's seconds over these."""
+    return "-" if seconds is None else f"{seconds:.2f} s ({_x(base, seconds)})"
+
+
+def _totals(runs: list[dict]) -> dict[str, float]:
+    return {k: sum(r[k] for r in runs) for k in ("makespan_s", "phase1_s", "phase2_s")}
+
+
+def _bound_totals(ceilings: list[dict], key: str) -> dict[str, float]:
+    return {k: sum(c[key][k] for c in ceilings) for k in ("makespan_s", "phase1_s", "phase2_s")}
+
+
+def _speed_row(mode: str, epoch: str, own: dict[str, float], base: dict[str, float] | None,
+               bounds: list[dict[str, float]] | None, ar_sim: dict[str, float] | None, note: str) -> str:
+    """One row of the speed table: the mode's makespan and phases with their speedups, each
+    followed by the ceilings' (whose speedups are against simulated autoregressive)."""
+    cells = [mode, epoch]
+    for key in ("makespan_s", "phase1_s", "phase2_s"):
+        cells.append(_cell(own[key], None if base is None else base[key]))
+        for bound in bounds or [None, None, None]:
+            cells.append("-" if bound is None or ar_sim is None else _cell(bound[key], ar_sim[key]))
+    cells.append(note)
+    return "| " + " | ".join(cells) + " |"
+
+
+def _speed_table(rows: dict[str, list[dict]], ceilings: dict[int, dict]) -> list[str]:
+    header = ["mode", "epoch", "makespan (x)"] + [b for _, b in BOUNDS] + ["phase 1: batch (x)"] + \
+        [b for _, b in BOUNDS] + ["phase 2: tail (x)"] + [b for _, b in BOUNDS] + ["note"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    base_runs = {r["epoch"]: r for r in rows.get("autoregressive", [])}
+    for mode, runs in rows.items():
+        note = runs[0].get("note", "")
+        comparable = not note
+        for run in runs:
+            c = ceilings.get(run["epoch"]) if comparable else None
+            base = base_runs.get(run["epoch"]) if comparable else None
+            lines.append(_speed_row(mode, str(run["epoch"] + 1), _totals([run]), base and _totals([base]),
+                                    c and [c[k] for k, _ in BOUNDS], c and c["autoregressive"], note))
+        if len(runs) > 1:
+            epochs = [r["epoch"] for r in runs]
+            base = [base_runs[e] for e in epochs if e in base_runs] if comparable else []
+            cs = [ceilings[e] for e in epochs if e in ceilings] if comparable else []
+            complete = len(base) == len(runs) and len(cs) == len(runs)
+            lines.append(_speed_row(mode, "all", _totals(runs), _totals(base) if len(base) == len(runs) else None,
+                                    [_bound_totals(cs, k) for k, _ in BOUNDS] if complete else None,
+                                    _bound_totals(cs, "autoregressive") if complete else None, note))
+    return lines
+
+
+def _detail_table(rows: dict[str, list[dict]]) -> list[str]:
+    lines = ["| mode | epoch | samples | capped | tokens | tokens/s | mean accepted length | peak (added) | "
+             "differing |", "|---|---|---|---|---|---|---|---|---|"]
+    for mode, runs in rows.items():
+        for r in runs:
+            accepted = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
+            lines.append(f"| {mode} | {r['epoch'] + 1} | {r.get('samples', '-')} | {r.get('capped', '-')} | "
+                         f"{r['tokens']} | {r['tokens_per_s']:.1f} | {accepted} | {r['peak_mb']:.0f} MB "
+                         f"({r['added_mb']:.0f}) | {'-' if r['differing'] is None else r['differing']} |")
+    return lines
+
+
+def _ceiling_notes(ceilings: dict[int, dict]) -> list[str]:
+    lines = []
+    for epoch, c in sorted(ceilings.items()):
+        methods = ", ".join(f"{m} p={v['mean_p']:.2f} on {v['mean_rate']:.0%} of steps ({v['requests']} samples)"
+                            for m, v in c.get("methods", {}).items()) or "none (no mode drafted on these samples)"
+        inherited = "".join(f"; {label}: its own plan was no faster than the {c[k]['plan']} plan's, kept"
+                            for k, label in BOUNDS if c[k]["plan"] != OWN_PLAN[k])
+        lines.append(f"- epoch {epoch + 1}: the tail (phase 2) is {c['tail_share']:.0%} of autoregressive's "
+                     f"makespan; {c['capped']} of {c['samples']} samples hit the {c['max_tokens']}-token cap; "
+                     f"calibration scale {c['scale']:.3f} (measured {c['measured_autoregressive']['makespan_s']:.2f} s "
+                     f"/ simulated {c['simulated_autoregressive_s']:.2f} s autoregressive); acceptance (mean over "
+                     f"samples): {methods}{inherited}.")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
-             f"capped at {w['max_tokens']} tokens (the model's EOS ends many earlier), {w['epochs']} epoch(s); epoch 2 "
-             f"runs after one real GRPO step, with epoch 1's samples in the drafters' history. Makespan is the sum "
-             f"over epochs; speedup is autoregressive's makespan over the mode's. Tail: time after 90% of the "
-             f"samples finished. Peak: the process tree's resident memory during the run (added: above what it "
-             f"held before the mode started). Differing: samples whose tokens differ from autoregressive "
-             f"(transformers and vLLM sample differently, so only at T=0). Whole bench: {report['wall_s']} s.", ""]
+             f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {w['epochs']} epoch(s); "
+             f"epoch 2 runs after one real GRPO step, with epoch 1's samples in the drafters' history. "
+             f"Whole bench: {report['wall_s']} s.", "",
+             "Speed: per epoch and over all epochs (all), the makespan and its two phases: phase 1 lasts until "
+             "half of the samples have finished (large batch), phase 2 is the rest (the tail); each run "
+             "has its own halfway point, so a faster phase 1 can leave more of the work to phase 2. (x) is "
+             "autoregressive's time over the mode's, for the same epoch and phase. Beside each figure, its "
+             "ceilings from the same run, simulated on the policy's cost model and calibrated so that simulated "
+             "autoregressive takes the measured time (their (x) is against simulated autoregressive): "
+             "*oracle*, per sample and batch size the best drafting method and window 0-8 (0: none) at the "
+             "acceptance that sample showed (pooled over every mode that drafted on it), paying the cost model's "
+             "drafting time; *zero-cost drafter*, the same with free drafting; *perfect drafter*, free drafting "
+             "with every token accepted. Each bound is at least the one before it (a stronger drafter can imitate "
+             "a weaker one), and the oracle at least autoregressive. Details: samples that hit the length cap, "
+             "tokens/s, mean accepted draft length, peak resident memory of the process tree (added: above what it "
+             "held before the mode started), and samples whose tokens differ from autoregressive "
+             "(transformers and vLLM sample differently, so only at T=0).", ""]
     for temperature in report["workload"]["temperatures"]:
         rows = _by_mode(report, temperature)
         if not rows:
             continue
-        base = sum(r["makespan_s"] for r in rows.get("autoregressive", [])) or None
-        lines += [f"## Temperature {temperature:g}", "",
-                  "| mode | makespan | speedup | epoch makespans | tokens/s | mean accepted length | tail | "
-                  "peak (added) | differing |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for mode, runs in rows.items():
-            makespan = sum(r["makespan_s"] for r in runs)
-            tokens = sum(r["tokens"] for r in runs)
-            epochs = " / ".join(f"{r['makespan_s']:.2f}" for r in runs)
-            accepted = [f"{r['mean_accepted_length']:.2f}" for r in runs if r["mean_accepted_length"] is not None]
-            differing = [r["differing"] for r in runs]
-            speedup = f"{base / makespan:.2f}x" if base and makespan else "-"
-            lines.append(
-                f"| {mode} | {makespan:.2f} s | {speedup} | {epochs} s | {tokens / max(makespan, 1e-9):.1f} | "
-                f"{' / '.join(accepted) or '-'} | {sum(r['tail_s'] for r in runs):.2f} s | "
-                f"{max(r['peak_mb'] for r in runs):.0f} MB ({max(r['added_mb'] for r in runs):.0f}) | "
-                f"{'-' if None in differing else sum(differing)} |")
-        lines.append("")
+        ceilings = _ceilings(report, temperature)
+        lines += [f"## Temperature {temperature:g}", "", *_speed_table(rows, ceilings), "",
+                  *_ceiling_notes(ceilings), "", *_detail_table(rows), ""]
     stats = report.get("update")
     if stats:
         lines.append(f"- policy update before epoch 2 (one GRPO step on epoch 1's prompts sampled at T=1): mean "
@@ -66,16 +151,20 @@ def plot(report: dict[str, Any], out: str | Path) -> Path:
 
     temperatures = report["workload"]["temperatures"]
     modes = list(dict.fromkeys(r["mode"] for r in report["runs"]))
+    bars = modes + [label for _, label in BOUNDS if report.get("ceilings")]
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5))
     width = 0.8 / max(len(temperatures), 1)
     for i, temperature in enumerate(temperatures):
         rows = _by_mode(report, temperature)
-        values = [sum(r["makespan_s"] for r in rows.get(m, [])) for m in modes]
-        left.bar([x + i * width for x in range(len(modes))], values, width, label=f"T={temperature:g}")
-    left.set_xticks([x + width * (len(temperatures) - 1) / 2 for x in range(len(modes))], modes, rotation=25,
+        ceilings = _ceilings(report, temperature).values()
+        values = [sum(r["makespan_s"] for r in rows.get(m, [])) for m in modes] + \
+            [sum(c[k]["makespan_s"] for c in ceilings) for k, _ in BOUNDS if report.get("ceilings")]
+        left.bar([x + i * width for x in range(len(bars))], values, width, label=f"T={temperature:g}")
+    labels = [m + (" *" if any(r.get("note") for r in report["runs"] if r["mode"] == m) else "") for m in bars]
+    left.set_xticks([x + width * (len(temperatures) - 1) / 2 for x in range(len(bars))], labels, rotation=25,
                     ha="right")
     left.set_ylabel("makespan, all epochs (s)")
-    left.set_title("Makespan per mode (lower is better)")
+    left.set_title("Makespan per mode and its ceilings (lower is better; * a subset of the prompts)")
     left.legend()
     first = _by_mode(report, temperatures[0])
     for mode in modes:

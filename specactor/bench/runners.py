@@ -54,6 +54,14 @@ class Mode:
     engine_mode: str = "autoregressive"
     drafters: list[str] = field(default_factory=list)
     prompt_lookup: int = 0
+    max_prompts: int | None = None  # run only the first prompts (a mode too slow for the whole workload)
+
+    def note(self, work: Workload) -> str:
+        """What the table must say about this mode's run, if it is not the whole workload."""
+        if self.max_prompts is None or self.max_prompts >= len(work.prompt_ids):
+            return ""
+        return (f"first {self.max_prompts} of {len(work.prompt_ids)} prompts ({self.max_prompts * work.n} samples), "
+                f"one sample at a time: not comparable with the full workload")
 
 
 async def run_engine(mode: Mode, work: Workload, temperature: float,
@@ -76,6 +84,7 @@ async def run_engine(mode: Mode, work: Workload, temperature: float,
                 async for result in engine.stream(work.prompt_ids, work.params(temperature, epoch),
                                                   work.request_ids()):
                     record.finishes.append((clock.now(), len(result.token_ids)))
+                    record.samples[result.request_id] = _engine_sample(result)
                     record.outputs[result.request_id] = result.token_ids
                     record.tokens += len(result.token_ids)
                     record.drafted += result.stats.drafted
@@ -88,6 +97,21 @@ async def run_engine(mode: Mode, work: Workload, temperature: float,
     return records
 
 
+def _engine_sample(result: Any) -> dict[str, Any]:
+    """What the ceilings need of one sample: its length, why it stopped, and each method's
+    verified drafts (drafted tokens, accepted tokens, drafts) over its verify steps."""
+    return {"tokens": len(result.token_ids), "finish_reason": str(result.finish_reason),
+            "verify_steps": result.stats.verify_steps,
+            "per_method": {m: {k: int(c.get(k, 0)) for k in ("drafted", "accepted", "steps")}
+                           for m, c in result.stats.per_method.items()}}
+
+
+def _plain_sample(tokens: list[int], work: Workload) -> dict[str, Any]:
+    """A sample from another library: it stopped at the cap if it is max_tokens long and has no EOS."""
+    capped = len(tokens) >= work.max_tokens and not (tokens and tokens[-1] in work.eos)
+    return {"tokens": len(tokens), "finish_reason": "length" if capped else "stop"}
+
+
 def _trim(tokens: list[int], eos: set[int]) -> list[int]:
     for i, t in enumerate(tokens):
         if t in eos:
@@ -98,7 +122,8 @@ def _trim(tokens: list[int], eos: set[int]) -> list[int]:
 def run_transformers(mode: Mode, work: Workload, temperature: float,
                      update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
     """transformers ``generate``: plain, batched with left padding (all samples at once, as a user
-    would); with prompt lookup one sample at a time (transformers allows no batch there)."""
+    would); with prompt lookup one sample at a time (transformers allows no batch there), on the
+    mode's subset of the prompts."""
     import transformers
 
     before = PeakMemory.tree_mb()
@@ -106,13 +131,14 @@ def run_transformers(mode: Mode, work: Workload, temperature: float,
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
         dict(do_sample=False)
     common = dict(max_new_tokens=work.max_tokens, eos_token_id=sorted(work.eos), pad_token_id=0, **sampling)
-    rows = [(sid, prompt) for prompt, rid in zip(work.prompt_ids, work.request_ids())
-            for sid in (sample_request_id(rid, s, work.n) for s in range(work.n))]
+    prompts = list(zip(work.prompt_ids, work.request_ids()))[:mode.max_prompts]
+    rows = [(sid, prompt) for prompt, rid in prompts for sid in (sample_request_id(rid, s, work.n)
+                                                                 for s in range(work.n))]
     records = []
     for epoch in range(work.epochs):
         if epoch and update is not None:
             hf.load_state_dict(update, strict=False)
-        record = RunRecord(mode.name, temperature, epoch)
+        record = RunRecord(mode.name, temperature, epoch, note=mode.note(work))
         torch.manual_seed(work.seed(epoch))
         with PeakMemory() as memory, torch.no_grad():
             clock = Clock()
@@ -133,6 +159,7 @@ def run_transformers(mode: Mode, work: Workload, temperature: float,
                     record.finishes.append((done, len(record.outputs[sid])))
             record.makespan_s = clock.now()
         record.tokens = sum(len(t) for t in record.outputs.values())
+        record.samples = {sid: _plain_sample(t, work) for sid, t in record.outputs.items()}
         record.set_memory(memory, before)
         records.append(record)
     return records
@@ -173,6 +200,8 @@ def run_vllm(mode: Mode, work: Workload, temperature: float,
         for sid, out in zip(work.sample_ids(), outs):
             record.outputs[sid] = list(out.outputs[0].token_ids)
             record.finishes.append((record.makespan_s, len(record.outputs[sid])))
+            record.samples[sid] = {"tokens": len(record.outputs[sid]),
+                                   "finish_reason": str(out.outputs[0].finish_reason or "stop")}
         record.tokens = sum(len(t) for t in record.outputs.values())
         record.set_memory(memory, before)
         records.append(record)

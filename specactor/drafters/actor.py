@@ -57,6 +57,7 @@ class DraftActor(Actor):
         self._wake = asyncio.Event()
         self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._commits: list[tuple[str, p.WeightsCommit]] = []  # applied between drafting rounds
+        self._rollouts: list[p.Rollouts] = []  # finished samples, for a drafter that learns from them
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
 
     async def on_start(self) -> None:
@@ -78,6 +79,10 @@ class DraftActor(Actor):
                 self._apply_message(msg)
         elif isinstance(msg, p.StatsRequest):
             await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states)}))
+        elif isinstance(msg, p.Rollouts):  # training data: taken between drafting rounds
+            if len(msg.prompts) != len(msg.outputs):
+                raise ValueError(f"Rollouts with {len(msg.prompts)} prompts and {len(msg.outputs)} outputs")
+            self._rollouts.append(msg)
         elif isinstance(msg, p.WeightsChunk):
             self._updates.add(msg)
         elif isinstance(msg, p.WeightsCommit):
@@ -94,14 +99,27 @@ class DraftActor(Actor):
             weights, error = self._updates.take(commit)
             load = getattr(self.drafter, "load_weights", None)
             if not error and load is not None:
+                rounds = len(getattr(self.drafter, "reports", []))
                 try:
                     await self.run_blocking(lambda: load(weights()))
                 except (ValueError, OSError, KeyError, RuntimeError) as exc:
                     error = str(exc)
+                for report in getattr(self.drafter, "reports", [])[rounds:]:  # a learned drafter retrained
+                    self.log.info("draft.trained", method=self.method, version=commit.version, **vars(report))
             weights = None  # drop the staged chunks and the old model, then give their pages back
             await self.run_blocking(release_freed_memory)
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))
+
+    def _take_rollouts(self) -> None:
+        """Hand finished samples to a drafter that learns from them (others ignore them)."""
+        batches, self._rollouts = self._rollouts, []
+        add = getattr(self.drafter, "add_rollout", None)
+        if add is None:
+            return
+        for batch in batches:
+            for prompt, output in zip(batch.prompts, batch.outputs):
+                add(prompt, output)
 
     def _apply_message(self, msg: p.Track | p.VerdictBatch | p.Untrack) -> None:
         if isinstance(msg, p.Track):
@@ -159,6 +177,8 @@ class DraftActor(Actor):
     async def _drafting_loop(self) -> None:
         assert self.drafter is not None
         while True:
+            if self._rollouts:
+                self._take_rollouts()
             if self._commits:
                 await self._apply_commits()
             ready = self._ready()

@@ -6,7 +6,7 @@ from typing import Any
 
 from specactor.drafters.base import Drafter
 
-METHODS = ("ngram", "suffix", "model")
+METHODS = ("ngram", "suffix", "model", "learned")
 
 
 def make_drafter(method: str, model: str | None = None, options: dict[str, Any] | None = None) -> Drafter:
@@ -25,6 +25,11 @@ def make_drafter(method: str, model: str | None = None, options: dict[str, Any] 
         from specactor.models import resolve_model
 
         return default_model_drafter(resolve_model(model), **options)
+    if method == "learned":
+        from specactor.drafters.learned import learned_drafter
+        from specactor.models import resolve_model
+
+        return learned_drafter(resolve_model(model), **options)
     raise ValueError(f"unknown drafting method {method!r}: choose from {', '.join(METHODS)}")
 
 

@@ -53,6 +53,7 @@ class VerifyActor(Actor):
         device: str = "cpu",
         dtype: str = "float32",
         default_seed: int = 0,
+        learners: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -72,6 +73,7 @@ class VerifyActor(Actor):
         self._not_running: dict[str, p.Assignment] = {}
         self.coupled: set[str] = set()  # requests whose drafts the step waits for
         self.policy = policy  # actor that gets every VerdictBatch, if any
+        self.learners = list(learners or [])  # drafters that train on finished samples (p.Rollouts)
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
         self.version = 0  # policy version of the weights; every result carries it
@@ -355,6 +357,12 @@ class VerifyActor(Actor):
                                                         batch_size=report.batch_size))
         for seq in report.finished:
             await self._result(seq)
+        done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)]
+        if done:
+            rollouts = p.Rollouts(prompts=[seq.prompt_ids for seq in done], outputs=[seq.output_ids for seq in done])
+            for learner in self.learners:
+                if learner in self.directory and learner not in self.dead_peers:
+                    await self.send(learner, rollouts)
 
     async def _result(self, seq: Sequence, error: str = "") -> None:
         reply_to = self.reply_to.pop(seq.request_id, None)

@@ -40,13 +40,24 @@ def test_bench_runs_every_engine_mode_and_transformers(session_cache, tiny_check
     assert runs[("transformers", 0)]["differing"] is None  # another sampler: not comparable at T=1
     assert all(r["tokens"] > 0 and r["makespan_s"] > 0 and r["peak_mb"] > 0 for r in report["runs"])
     assert {"mean_test_reward", "samples", "grad_norm"} <= set(report["update"])
+    for (mode, epoch), run in runs.items():  # what the ceilings and the phase columns are computed from
+        assert run["phase1_s"] + run["phase2_s"] == pytest.approx(run["makespan_s"], abs=2e-3)
+        assert len(run["per_sample"]) == 2 and run["samples"] == 2, mode
+        if mode != "transformers":
+            assert all(s["verify_steps"] >= 1 and "per_method" in s for s in run["per_sample"].values()), mode
+    assert [c["epoch"] for c in report["ceilings"]] == [0, 1]
+    for c in report["ceilings"]:
+        assert c["autoregressive"]["makespan_s"] == pytest.approx(runs[("autoregressive", c["epoch"])]["makespan_s"],
+                                                                  abs=1e-3)
+        assert c["perfect"]["speedup"] >= c["zero_cost"]["speedup"] >= c["oracle"]["speedup"] >= 1.0
+        assert c["scale"] > 0 and 0 <= c["tail_share"] <= 1 and c["samples"] == 2
     assert any("policy update" in line for line in lines)
     events = [json.loads(line) for line in (tmp_path / "events-specactor-T1.jsonl").read_text().splitlines()]
     assert any(e["event"] == "policy.assign" for e in events)  # the policy's decisions, for the note's "why"
     paths = write_outputs(report, tmp_path)
     assert json.loads(paths[0].read_text())["workload"]["n"] == 2
     table = paths[1].read_text()
-    assert "| specactor |" in table and "| transformers |" in table
+    assert "| specactor | 1 |" in table and "| transformers | 1 |" in table and "perfect drafter" in table
     assert paths[2].stat().st_size > 10_000  # the PNG
 
 
@@ -62,4 +73,4 @@ def test_markdown_marks_incomparable_samplers() -> None:
     base = RunRecord("autoregressive", 1.0, 0, makespan_s=4.0, tokens=10, differing=0).summary()
     table = markdown({"date": "d", "machine": "m", "command": "c", "wall_s": 1.0, "runs": [base, run],
                       "workload": {"prompts": 1, "n": 1, "max_tokens": 8, "epochs": 1, "temperatures": [1.0]}})
-    assert "| transformers | 2.00 s | 2.00x |" in table and table.rstrip().endswith("| - |")
+    assert "| transformers | 1 | 2.00 s (2.00x) |" in table and table.rstrip().endswith("| - |")

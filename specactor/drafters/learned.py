@@ -1,0 +1,333 @@
+"""The learned drafter: a small draft model distilled from the policy's own rollouts.
+
+Why this design (token-only, independent of the target's hidden states):
+it needs nothing from the verifier but the tokens it commits, so it works
+behind any verifier backend (vLLM hands out no hidden states readily) and
+drafts fully decoupled, ahead of the last verdict, like any other drafter.
+An EAGLE-style drafter reads the target's last hidden state and usually
+accepts more, but ties itself to our engine and must wait for each verdict's
+features.
+
+The network
+    A Llama of ``layers`` layers (default 2) at the target's width. Its
+    embedding is the target's, frozen; its layers start as copies of target
+    layers (the first and the last: the last one's output is what the final
+    norm and head expect); its final norm is the target's. Its head covers a
+    truncated vocabulary, the ``vocab`` tokens the policy emits most often in
+    the rollouts seen so far (FR-Spec's observation: a few thousand tokens
+    carry nearly all of the probability mass of one kind of text), initialised
+    from the target's tied head rows. For the default model this costs
+    about 1/10 of a target decode step per drafted token (bench/learned_drafter.py).
+
+Training (:func:`distil`)
+    On the committed tokens of finished requests (``RolloutBuffer``: the most
+    recent ones, bounded), next-token cross-entropy on the output tokens. At
+    T=1 the committed tokens are samples of the target's distribution, so this
+    is an unbiased estimate of the KL gradient towards it; at T=0 it fits the
+    target's argmax. It runs when the policy's weights change (between RL
+    steps: :meth:`LearnedDrafter.load_weights`), on the rollouts of the
+    previous steps, and on request (:meth:`LearnedDrafter.train`). Until it has
+    trained once it proposes nothing, so it costs nothing.
+
+Drafting
+    Through :class:`~specactor.drafters.model.ModelDrafter` (slot KV cache,
+    rollback by common prefix, batched proposals), with the target's
+    position-keyed noise over the truncated vocabulary: at T=1 a drafted token
+    is accepted where the two distributions agree, and the output stays
+    token-identical to autoregressive whatever it proposes.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+
+from specactor.drafters.base import DraftState
+from specactor.drafters.model import ModelDrafter
+from specactor.verifier.config import rope_inv_freq
+from specactor.verifier.model import CausalLM, apply_rope, rms_norm
+from specactor.verifier.sampler import SamplingBatch, sample
+
+#: Layers of the target the student's layers start from (first and last).
+DEFAULT_LAYERS = 2
+DEFAULT_VOCAB = 4096
+
+
+@dataclass
+class TrainReport:
+    """What one round of distillation did."""
+
+    sequences: int
+    tokens: int
+    epochs: int
+    seconds: float
+    loss_first: float
+    loss_last: float
+    vocab: int
+
+
+class RolloutBuffer:
+    """The most recent finished samples (prompt ids, output ids), at most ``max_tokens`` tokens."""
+
+    def __init__(self, max_tokens: int = 200_000) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.samples: deque[tuple[list[int], list[int]]] = deque()
+        self.tokens = 0
+        self.added = 0  # samples ever added (to know whether there is anything new)
+
+    def add(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        if not output_ids:
+            return
+        self.samples.append((list(prompt_ids), list(output_ids)))
+        self.tokens += len(prompt_ids) + len(output_ids)
+        self.added += 1
+        while self.tokens > self.max_tokens and len(self.samples) > 1:
+            old_prompt, old_output = self.samples.popleft()
+            self.tokens -= len(old_prompt) + len(old_output)
+
+    def output_counts(self) -> Counter[int]:
+        counts: Counter[int] = Counter()
+        for _, output in self.samples:
+            counts.update(output)
+        return counts
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def frequent_vocab(buffer: RolloutBuffer, size: int, always: Iterable[int] = ()) -> list[int]:
+    """The ``size`` token ids the rollouts' outputs use most (``always`` included), sorted."""
+    keep = set(always)
+    for token, _ in buffer.output_counts().most_common():
+        if len(keep) >= size:
+            break
+        keep.add(token)
+    return sorted(keep)
+
+
+def build_student(target: CausalLM, layers: int = DEFAULT_LAYERS, vocab: list[int] | None = None) -> CausalLM:
+    """A ``layers``-layer copy of ``target`` (its first layers and its last) with a head over ``vocab``."""
+    if not 1 <= layers <= target.cfg.num_layers:
+        raise ValueError(f"layers must be in 1..{target.cfg.num_layers}, got {layers}")
+    picked = list(range(layers))
+    student = CausalLM(replace(target.cfg, num_layers=layers, tie_word_embeddings=False))
+    with torch.no_grad():
+        student.embed.weight.copy_(target.embed.weight)
+        student.norm.copy_(target.norm)
+        for mine, theirs in zip(student.layers, picked):
+            mine.load_state_dict(_dense_layer_state(target.layers[theirs]))
+    set_head_vocab(student, target.embed.weight if target.cfg.tie_word_embeddings else _dense(target.lm_head),
+                   vocab or list(range(target.cfg.vocab_size)))
+    return student.float()
+
+
+def _dense(linear: torch.nn.Module) -> torch.Tensor:
+    return linear.dense() if hasattr(linear, "dense") else linear.weight.detach()
+
+
+def _dense_layer_state(layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A layer's state dict with packed linears turned back into dense weights."""
+    state = {}
+    for name, module in layer.named_children():
+        state[f"{name}.weight"] = _dense(module)
+        bias = getattr(module, "bias", None)
+        if bias is not None:
+            state[f"{name}.bias"] = bias.detach()
+    state["input_norm"], state["post_norm"] = layer.input_norm.detach(), layer.post_norm.detach()
+    return state
+
+
+def set_head_vocab(student: CausalLM, full_head: torch.Tensor, vocab: list[int]) -> None:
+    """Point the student's head at ``vocab`` (rows of ``full_head``, the target's head weights)."""
+    index = torch.tensor(vocab, dtype=torch.long)
+    student.lm_head = torch.nn.Linear(student.cfg.hidden_size, len(vocab), bias=False)
+    with torch.no_grad():
+        student.lm_head.weight.copy_(full_head[index])
+    student.vocab = index  # type: ignore[attr-defined]
+
+
+def train_logits(student: CausalLM, tokens: torch.Tensor) -> torch.Tensor:
+    """Causal forward of one sequence [T] -> logits [T, V] with autograd (no KV cache)."""
+    cfg = student.cfg
+    t = tokens.shape[0]
+    positions = torch.arange(t)
+    freqs = torch.outer(positions.float(), rope_inv_freq(cfg))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+    hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    x = student.embed(tokens)
+    for layer in student.layers:
+        h = rms_norm(x, layer.input_norm, layer.eps)
+        qkv = layer.qkv(h)
+        q = apply_rope(qkv[:, : hq * hd].view(t, hq, hd), cos, sin).transpose(0, 1)
+        k = apply_rope(qkv[:, hq * hd: (hq + hkv) * hd].view(t, hkv, hd), cos, sin).transpose(0, 1)
+        v = qkv[:, (hq + hkv) * hd:].view(t, hkv, hd).transpose(0, 1)
+        attn = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, enable_gqa=True)[0]
+        x = x + layer.o(attn.transpose(0, 1).reshape(t, hq * hd))
+        h = rms_norm(x, layer.post_norm, layer.eps)
+        gate, up = layer.gate_up(h).chunk(2, dim=-1)
+        x = x + layer.down(F.silu(gate) * up)
+    return student.lm_head(rms_norm(x, student.norm, cfg.rms_norm_eps))
+
+
+def distil(student: CausalLM, buffer: RolloutBuffer, *, epochs: int = 2, lr: float = 3e-4,
+           max_seconds: float | None = None, seed: int = 0) -> TrainReport:
+    """Fit the student's next-token distribution to the rollouts' output tokens (in place).
+
+    Output tokens outside the student's vocabulary are left out of the loss
+    (the drafter can never propose them). The embedding stays frozen.
+    """
+    started = time.perf_counter()
+    vocab: torch.Tensor = student.vocab  # type: ignore[attr-defined]
+    to_local = torch.full((student.cfg.vocab_size,), -100, dtype=torch.long)
+    to_local[vocab] = torch.arange(len(vocab))
+    student.requires_grad_(True)
+    student.embed.weight.requires_grad_(False)
+    params = [p for p in student.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = torch.Generator().manual_seed(seed)
+    samples = list(buffer.samples)
+    losses: list[float] = []
+    tokens_seen = 0
+    done_epochs = 0
+    for _ in range(epochs):
+        for i in torch.randperm(len(samples), generator=rng).tolist():
+            prompt, output = samples[i]
+            ids = torch.tensor(prompt + output, dtype=torch.long)
+            targets = to_local[ids[len(prompt):]]
+            if (targets >= 0).sum() == 0:
+                continue
+            logits = train_logits(student, ids[:-1])[len(prompt) - 1:]
+            loss = F.cross_entropy(logits, targets, ignore_index=-100)
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimiser.step()
+            losses.append(float(loss.detach()))
+            tokens_seen += len(output)
+            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+                break
+        done_epochs += 1
+        if max_seconds is not None and time.perf_counter() - started > max_seconds:
+            break
+    student.requires_grad_(False)
+    head = max(1, len(losses) // 10)
+    return TrainReport(len(samples), tokens_seen, done_epochs, time.perf_counter() - started,
+                       sum(losses[:head]) / head if losses else math.nan,
+                       sum(losses[-head:]) / head if losses else math.nan, len(vocab))
+
+
+class LearnedDrafter(ModelDrafter):
+    """Drafts with a small student model distilled from the rollouts (see the module docstring).
+
+    Args:
+        target: the target model (its weights seed the student; not kept).
+        layers, vocab: the student's depth and head size.
+        epochs, lr, max_train_s: one distillation round's passes, learning rate and time cap.
+        buffer_tokens: rollout tokens kept for training (most recent).
+    """
+
+    name = "learned"
+
+    def __init__(self, target: CausalLM, *, layers: int = DEFAULT_LAYERS, vocab: int = DEFAULT_VOCAB,
+                 max_slots: int = 32, max_len: int = 1024, epochs: int = 2, lr: float = 3e-4,
+                 max_train_s: float | None = 120.0, buffer_tokens: int = 200_000, device: str = "cpu") -> None:
+        if vocab < 2:
+            raise ValueError(f"vocab must be >= 2, got {vocab}")
+        self.student = build_student(target, layers, list(range(min(vocab, target.cfg.vocab_size))))
+        self._full_head = (target.embed.weight if target.cfg.tie_word_embeddings
+                           else _dense(target.lm_head)).detach().clone()
+        self.vocab_limit = vocab
+        self.epochs, self.lr, self.max_train_s = epochs, lr, max_train_s
+        self.buffer = RolloutBuffer(buffer_tokens)
+        self.trained_on = 0  # buffer.added at the last training round
+        self.reports: list[TrainReport] = []
+        self.eos: set[int] = set(target.cfg.eos_token_ids)
+        super().__init__(self._drafting_copy(), max_slots=max_slots, max_len=max_len, noise="shared", device=device)
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.reports)
+
+    def _drafting_copy(self) -> CausalLM:
+        model = copy.deepcopy(self.student).eval()
+        model.vocab = self.student.vocab  # type: ignore[attr-defined]
+        model.pack()
+        return model
+
+    # ------------------------------------------------------------------ data and training
+
+    def add_rollout(self, prompt_ids: list[int], output_ids: list[int]) -> None:
+        """A finished sample's committed tokens: training data for the next round."""
+        self.buffer.add(prompt_ids, output_ids)
+
+    def train(self) -> TrainReport | None:
+        """Distil on the buffer if it holds samples not trained on yet; swap the new student in."""
+        if not len(self.buffer) or self.buffer.added == self.trained_on:
+            return None
+        vocab = frequent_vocab(self.buffer, self.vocab_limit, always=self.eos)
+        old = self.student.vocab.tolist()  # type: ignore[attr-defined]
+        if vocab != old:  # keep what the head learnt for tokens that stay
+            head = self._full_head.clone()
+            head[torch.tensor(old)] = self.student.lm_head.weight.detach()
+            set_head_vocab(self.student, head, vocab)
+        report = distil(self.student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s)
+        self.trained_on = self.buffer.added
+        self.reports.append(report)
+        self.model = self._drafting_copy()
+        for slot in range(len(self._ids)):  # cached K/V came from the old student
+            self._cached[slot] = []
+            self.cache.lengths[slot] = 0
+        return report
+
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """The policy changed: take its new embedding and head, then retrain on the rollouts so far."""
+        embed = state.get("model.embed_tokens.weight")
+        if embed is None:
+            raise KeyError("weight 'model.embed_tokens.weight' missing from the update")
+        if tuple(embed.shape) != tuple(self.student.embed.weight.shape):
+            raise ValueError(f"embedding of shape {tuple(embed.shape)} for a drafter of "
+                             f"{tuple(self.student.embed.weight.shape)}")
+        with torch.no_grad():
+            self.student.embed.weight.copy_(embed.float())
+        self._full_head = state.get("lm_head.weight", embed).detach().float().clone()
+        self.trained_on = -1  # the policy moved: retrain even on the same rollouts
+        if len(self.buffer):
+            self.train()
+        else:
+            self.model = self._drafting_copy()
+
+    def save(self, path: str | Path) -> None:
+        torch.save({"state": self.student.state_dict(), "vocab": self.student.vocab}, path)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ drafting
+
+    def propose(self, states: list[DraftState], k: int) -> list[list[int]]:
+        if not self.trained:
+            return [[] for _ in states]
+        return super().propose(states, k)
+
+    def _sample(self, logits: torch.Tensor, states: list[DraftState], positions: list[int]) -> list[int]:
+        """The target's sampling rule and noise, over the student's vocabulary."""
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, self.model.vocab] = logits  # type: ignore[attr-defined]
+        rows = [(s.temperature, 0, 1.0, s.seed, pos) for s, pos in zip(states, positions)]
+        tokens, _ = sample(full, SamplingBatch.build(rows, self.device))
+        return tokens.tolist()
+
+
+def learned_drafter(folder: str | Path, **options: object) -> LearnedDrafter:
+    """A :class:`LearnedDrafter` seeded from the model in ``folder``."""
+    from specactor.verifier.weights import load_causal_lm
+
+    return LearnedDrafter(load_causal_lm(Path(folder)), **options)  # type: ignore[arg-type]

@@ -1,0 +1,85 @@
+"""The bench's markdown on a synthetic report (no model): every speed figure beside its ceilings,
+per epoch and phase, the tail's share, the capped samples, and the subset note."""
+
+from __future__ import annotations
+
+from specactor.bench.ceilings import from_samples
+from specactor.bench.measure import RunRecord
+from specactor.bench.report import markdown
+from specactor.bench.suite import MODES, BenchOptions, temperature_ceilings
+from specactor.policy.cost_model import CostModel, DraftCost
+
+
+def _cost() -> CostModel:
+    chunks = [1, 2, 4, 8, 16]
+    return CostModel([1, 8, 64], chunks, [[0.02 + 0.0004 * b * c for c in chunks] for b in (1, 8, 64)],
+                     draft={"ngram": DraftCost(2e-5, 5e-4)})
+
+
+def _record(mode: str, epoch: int, finishes: list[float], lengths: list[int], per_method: dict | None = None,
+            capped: int = 0, note: str = "") -> RunRecord:
+    record = RunRecord(mode, 1.0, epoch, makespan_s=max(finishes), tokens=sum(lengths), note=note,
+                       finishes=list(zip(finishes, lengths)), differing=0)
+    for i, n in enumerate(lengths):
+        record.outputs[f"s{i}"] = [1] * n
+        record.samples[f"s{i}"] = {"tokens": n, "finish_reason": "length" if i < capped else "stop",
+                                   "verify_steps": n, "per_method": per_method or {}}
+    return record
+
+
+def _report() -> dict:
+    lengths = [20, 40, 60, 200]
+    drafts = {"ngram": {"drafted": 100, "accepted": 60, "steps": 25}}
+    by_mode = {"autoregressive": [_record("autoregressive", e, [1.0, 2.0, 3.0, 10.0], lengths, capped=1)
+                                  for e in (0, 1)],
+               "specactor": [_record("specactor", e, [0.5, 1.0, 2.0, 6.0], lengths, drafts) for e in (0, 1)],
+               "transformers+pld": [_record("transformers+pld", e, [4.0, 8.0], [20, 40], note="first 1 of 2 prompts")
+                                    for e in (0, 1)]}
+    runs = [r.summary() for records in by_mode.values() for r in records]
+    return {"date": "d", "machine": "m", "command": "c", "wall_s": 1.0, "runs": runs,
+            "ceilings": temperature_ceilings(by_mode, _cost(), 200), "update": None, "skipped": {},
+            "workload": {"prompts": 2, "n": 2, "max_tokens": 200, "epochs": 2, "temperatures": [1.0]}}
+
+
+def test_the_default_is_the_long_tail_workload() -> None:
+    opts = BenchOptions()
+    assert (opts.prompts, opts.n, opts.max_tokens, opts.temperatures, opts.epochs, opts.modes) == (
+        8, 4, 768, (1.0, 0.0), 2, ("autoregressive", "specactor"))
+    assert BenchOptions.quick().max_tokens <= 64 and BenchOptions.quick().prompts <= 2
+    assert MODES["transformers+pld"].max_prompts == 2  # it cannot batch
+
+
+def test_ceilings_per_epoch_come_from_the_run_and_are_stored() -> None:
+    report = _report()
+    assert [c["epoch"] for c in report["ceilings"]] == [0, 1]
+    c = report["ceilings"][0]
+    assert c["capped"] == 1 and c["samples"] == 4 and c["max_tokens"] == 200
+    assert c["tail_share"] == (10.0 - 2.0) / 10.0  # after the 2nd of 4 samples finished
+    assert c["acceptance_from"] == ["specactor"]  # the subset run is left out
+    assert c["autoregressive"]["makespan_s"] == 10.0
+    assert c["perfect"]["speedup"] >= c["zero_cost"]["speedup"] >= c["oracle"]["speedup"] >= 1.0
+
+
+def test_markdown_puts_the_ceilings_beside_every_speedup() -> None:
+    report = _report()
+    table = markdown(report)
+    header = next(line for line in table.splitlines() if line.startswith("| mode | epoch | makespan"))
+    assert header.count("oracle") == 3 and header.count("perfect drafter") == 3  # makespan, phase 1, phase 2
+    row = next(line for line in table.splitlines() if line.startswith("| specactor | 1 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "6.00 s (1.67x)"  # makespan (speedup)
+    c = report["ceilings"][0]
+    assert cells[3] == f"{c['oracle']['makespan_s']:.2f} s ({10.0 / c['oracle']['makespan_s']:.2f}x)"
+    assert cells[6] == "1.00 s (2.00x)" and cells[10] == "5.00 s (1.60x)"  # phase 1 and phase 2, measured
+    assert any(line.startswith("| specactor | all | 12.00 s (1.67x)") for line in table.splitlines())
+    pld = next(line for line in table.splitlines() if line.startswith("| transformers+pld | 1 |"))
+    assert "first 1 of 2 prompts" in pld and "8.00 s (-)" in pld  # no speedup against another workload
+    assert "the tail (phase 2) is 80% of autoregressive's makespan; 1 of 4 samples hit the 200-token cap" in table
+    assert "calibration scale" in table
+
+
+def test_from_samples_and_the_suite_agree() -> None:
+    report = _report()
+    by_run = {r["mode"]: r["per_sample"] for r in report["runs"] if r["epoch"] == 0 and not r["note"]}
+    again = from_samples(by_run, _cost(), 10.0)
+    assert again["oracle"] == report["ceilings"][0]["oracle"]
