@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MODES = ("autoregressive", "coupled", "specactor")
 DTYPES = ("float32", "bfloat16")
+PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
 
 
 @dataclass
@@ -41,7 +42,11 @@ class EngineConfig:
     events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
     racing: bool = True  # the policy may race extra methods for tail requests
-    profile: str | None = None  # cost profile for the policy (default: the packaged one)
+    #: the policy's cost profile: None or "auto" = this machine's (the verifier measures it once, before
+    #: it serves, and caches it: specactor.policy.profiling), "cached" = this machine's if cached, never
+    #: measured, "packaged" = the one shipped (another machine's, corrected online), else a file.
+    #: Default: $SPECACTOR_PROFILE, else auto.
+    profile: str | None = field(default_factory=lambda: os.environ.get("SPECACTOR_PROFILE") or None)
 
     def check(self) -> None:
         """Raise ValueError naming the first setting that cannot work."""
@@ -60,11 +65,19 @@ class EngineConfig:
             raise ValueError("processes=True needs transport ipc or tcp")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if self.profile not in PROFILES and not os.path.isfile(self.profile):
+            raise ValueError(f"profile {self.profile!r}: no such file (or choose one of "
+                             f"{', '.join(p for p in PROFILES if p)})")
         check_device(self.device)
 
     @property
     def torch_dtype(self) -> "torch.dtype":
         return torch_dtype(self.dtype)
+
+    @property
+    def measure_profile(self) -> bool:
+        """Whether the verifier measures this machine's cost profile when none is cached."""
+        return self.mode == "specactor" and self.policy and self.profile in (None, "auto")
 
     @property
     def verifier_thread_count(self) -> int | None:

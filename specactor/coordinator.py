@@ -152,7 +152,8 @@ class RolloutEngine:
                            "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
                            "policy": "policy" if use_policy else None,
-                           "learners": ["draft-learned"] if "learned" in cfg.active_drafters else []}
+                           "learners": ["draft-learned"] if "learned" in cfg.active_drafters else [],
+                           "profile": cfg.measure_profile}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a

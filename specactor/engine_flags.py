@@ -62,6 +62,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                        help="specactor mode without the Fastest-of-N policy: every drafter on every request")
     group.add_argument("--no-racing", action="store_true",
                        help="the policy never races a second method on tail requests")
+    group.add_argument("--profile", default=None,
+                       help="the policy's cost profile: auto (default: this machine's, measured once at start-up "
+                            "and cached), cached (never measure), packaged, or a JSON file (bench/cost_profile.py)")
 
 
 def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
@@ -84,6 +87,8 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         fields["seed"] = args.seed
     if "events" in given:
         fields["events_path"] = args.events
+    if getattr(args, "profile", None) is not None:
+        fields["profile"] = args.profile
     config = EngineConfig(**{**fields, **overrides})
     config.check()
     return config

@@ -46,6 +46,7 @@ MODES: dict[str, Mode] = {
     "coupled ngram": Mode("coupled ngram", "engine", "coupled", ["ngram"]),
     "coupled suffix": Mode("coupled suffix", "engine", "coupled", ["suffix"]),
     "specactor": Mode("specactor", "engine", "specactor", ["ngram", "suffix"]),
+    "specactor+learned": Mode("specactor+learned", "engine", "specactor", ["ngram", "suffix", "learned"]),
     "vllm": Mode("vllm", "vllm"),
 }
 
@@ -157,9 +158,10 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                 continue
             progress(f"T={temperature:g} {name} ...")
             events = None
-            if name == "specactor":  # the policy's decisions, for `specactor events summarize`
+            if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
+                # the policy's and verifier's decisions, for `specactor events summarize`
                 Path(opts.out).mkdir(parents=True, exist_ok=True)
-                events = str(Path(opts.out) / f"events-specactor-T{temperature:g}.jsonl")
+                events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
                 Path(events).unlink(missing_ok=True)
             records = run_mode(MODES[name], work, temperature, update, events)
             by_mode[name] = records

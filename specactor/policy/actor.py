@@ -24,6 +24,8 @@ class PolicyActor(Actor):
     def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = 8,
                  profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
                  stats_every: int = 8, plan_every: int = 4, **kwargs: Any) -> None:
+        """``profile``: the cost profile's path (the coordinator passes this machine's, see
+        :func:`specactor.policy.profiling.resolve_profile`), or None / "packaged" for the packaged one."""
         super().__init__(name, **kwargs)
         self.verifier = verifier
         self.methods = list(methods)
@@ -38,6 +40,7 @@ class PolicyActor(Actor):
         self.counters = {"steps": 0, "assignments": 0, "switches": 0, "off": 0, "racing": 0}
 
     async def on_start(self) -> None:
+        self.log.info("policy.profile", path=self.cost.source, seconds=0.0, cached=self.cost.source != "packaged")
         await self._send_default(batch=1)
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -54,8 +57,8 @@ class PolicyActor(Actor):
 
     async def _on_verdicts(self, batch: p.VerdictBatch) -> None:
         fon = self.fon
-        fed = 0
-        new = False
+        fed = rows = 0
+        new = prefill = False
         for v in batch.verdicts:
             new |= v.request_id not in fon.requests and not v.finished
             fon.add_request(v.request_id)
@@ -71,8 +74,10 @@ class PolicyActor(Actor):
                     fon.observe_offer(v.request_id, method, method in offered)
             fon.observe_commit(v.request_id, len(v.tokens))
             fed += 1 + v.drafted
-        if batch.step_ns and batch.batch_size:
-            self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9)
+            rows += v.drafted > 0
+            prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's
+        if batch.step_ns and batch.batch_size and not prefill:
+            self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9, rows=rows)
         for v in batch.verdicts:
             if v.finished:
                 fon.remove_request(v.request_id)
@@ -82,7 +87,7 @@ class PolicyActor(Actor):
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
                     await self.send(f"draft-{method}", p.StatsRequest())
-        if new or self.counters["steps"] % self.plan_every == 0:
+        if new or self.fon.replan_soon or self.counters["steps"] % self.plan_every == 0:
             await self._replan(batch.batch_size, batch.step)
 
     def _on_drafter_stats(self, reply: p.StatsReply) -> None:

@@ -14,11 +14,37 @@ Thompson sampling (the default), UCB on the mean, and greedy on the mean;
 ``bench/policy_sim.py`` compares their regret and makespan in simulation and
 RESULTS.md records why the default is what it is.
 
+Whether and how far each request speculates is decided for the batch as a
+whole: a request's draft tokens make the *batch's* step longer, so they must
+buy more tokens than the whole batch would make in the time they add. The
+windows (0 = off) are the ones that maximise the step's predicted tokens per
+second, ``sum(progress) / step_s(batch, fed, rows)``, with everyone's tokens
+fed (:meth:`FastestOfN._allocate`); an allocation that does not beat plain
+decoding by ``min_gain`` is not taken, so where speculation cannot pay it is
+off. That allocation uses a cautious acceptance: the posterior mean less
+``caution`` standard deviations, the posterior pooling up to ``pool_weight``
+observations of the method's global estimate (a request with little evidence
+of its own is like the others). While nothing at all is known of a method,
+only explorers use it. A request that is off learns nothing: its own evidence
+fades towards the global estimate, or one unlucky early on would stay off.
+
+Exploration is the Thompson draw: a few requests (``explore_share`` of the
+batch; all of them while the method is barely known, as one step's evidence
+then serves every request) whose cautious mean says "off" may use their draw
+instead, when the batch allocation says the draw would pay; so a draw must pay
+for the step's extra cost (at large batch, all of it) to turn anything on. Its
+worst case (the draw was wrong: the extra time bought nothing) is bounded
+twice over: explorations are paid from a credit of step time that grows by
+``explore_budget`` of a step per plan (half a step's worth to start with, for
+the cold start), shortening windows and dropping explorers to fit; and a
+request that explored waits ``hold_rounds`` rounds before it may again, twice
+as long after each exploration that the mean did not confirm. An exploration
+lasts one step: the plan after it comes at once (``replan_soon``).
+
 Methods that cost almost nothing to run (prompt lookup, suffix matching) ride
 along on every speculating request: the verifier verifies the longest draft
-and scores the others, so their acceptance is known at no cost. Switches, and
-turning speculation back on, are held for a few rounds: a switch costs the new
-drafter a Track, and exploration must not keep a compute-bound batch drafting.
+and scores the others, so their acceptance is known at no cost. Switches are
+held for a few rounds: a switch costs the new drafter a Track.
 
 Tail racing: once requests have finished and drafters have room, the slowest
 requests (lowest expected progress per step) get the next-best methods as well;
@@ -32,7 +58,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from specactor.policy.cost_model import CostModel, expected_progress, race_progress
+from specactor.policy.cost_model import CostModel, StepCosts, expected_progress, race_progress
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
@@ -83,6 +109,8 @@ class _Request:
     steps: int = 0
     hold_until: int = 0  # plan round before which the primary method is not switched
     draft_rates: dict[str, float] = field(default_factory=dict)  # share of steps with a draft, per method
+    explore_at: int = 0  # plan round from which the request may explore again
+    explore_gap: int = 0  # rounds to wait after its next exploration (doubles while they find nothing)
 
 
 class FastestOfN:
@@ -91,7 +119,10 @@ class FastestOfN:
     def __init__(self, methods: list[str], cost: CostModel, *, max_window: int = 8, decoupled: bool = True,
                  decay: float = 0.9, prior_weight: float = 2.0, racing: bool = True, max_racers: int = 3,
                  racing_below: float = 0.5, scheme: str = "thompson", switch_margin: float = 0.1,
-                 hold_rounds: int = 8, seed: int = 0) -> None:
+                 hold_rounds: int = 8, min_gain: float = 0.03, caution: float = 1.0, pool_weight: float = 8.0,
+                 explore_share: float = 0.125, explore_budget: float = 0.01, explore_start: float = 0.5,
+                 max_explore_gap: int = 256,
+                 seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
         if scheme not in SCHEMES:
@@ -100,6 +131,14 @@ class FastestOfN:
         self.rounds = 0
         self.switch_margin = switch_margin
         self.hold_rounds = hold_rounds
+        self.min_gain = min_gain  # speculation must beat plain decoding by this share, or it is off
+        self.caution = caution  # posterior standard deviations below the mean that exploitation assumes
+        self.pool_weight = pool_weight  # how strongly exploitation shrinks a request towards the global estimate
+        self.explore_share = explore_share
+        self.explore_budget = explore_budget
+        self.explore_credit = explore_start  # steps' worth of extra time explorations may still cost
+        self.replan_soon = False  # the last plan explored: plan again after the next step
+        self.max_explore_gap = max_explore_gap
         self.primary: dict[str, str] = {}  # request id -> method chosen last time (switching has a cost)
         self.methods = list(methods)
         self.cost = cost
@@ -150,17 +189,31 @@ class FastestOfN:
     # ------------------------------------------------------------------ choosing
 
     def _posterior(self, req: _Request, method: str) -> tuple[float, float]:
-        """Beta(a, b) for ``method`` on ``req``: own discounted counts + global prior."""
+        """Beta(a, b) for ``method`` on ``req``: own discounted counts + global prior, worth
+        ``prior_weight`` observations, and up to ``pool_weight`` as the global estimate firms up
+        (a request with little evidence of its own is like the others)."""
         glob = self.global_arms[method]
         prior_mean = (glob.successes + 1) / (glob.weight + 2)  # never certain, even from one draft
+        weight = max(self.prior_weight, min(self.pool_weight, glob.weight))
         own = req.arms.get(method, Acceptance())
-        a = own.successes + self.prior_weight * prior_mean + 0.5
-        b = own.failures + self.prior_weight * (1 - prior_mean) + 0.5
+        a = own.successes + weight * prior_mean + 0.5
+        b = own.failures + weight * (1 - prior_mean) + 0.5
         return a, b
 
     def estimate(self, request_id: str, method: str) -> float:
         a, b = self._posterior(self.requests.get(request_id, _Request()), method)
         return a / (a + b)
+
+    def _exploit_p(self, req: _Request, method: str) -> float:
+        """The acceptance the batch's windows are chosen on: the posterior mean less ``caution``
+        standard deviations (the best of several noisy means is biased up, and a step that
+        speculates where it does not pay costs every request); 0 while nothing at all is known
+        of the method (the prior's 0.5 is a guess: only explorers act on it)."""
+        if not req.arms.get(method, Acceptance()).weight and self.global_arms[method].weight < 1:
+            return 0.0
+        a, b = self._posterior(req, method)
+        n = a + b
+        return max(0.0, a / n - self.caution * math.sqrt(a * b / (n * n * (n + 1))))
 
     def _sample(self, req: _Request, method: str) -> float:
         """The acceptance the choice is made on: a posterior draw, an optimistic bound, or the mean."""
@@ -172,34 +225,26 @@ class FastestOfN:
             return min(1.0, mean + math.sqrt(2 * math.log(self.rounds + 2) / (a + b)))
         return mean
 
-    def _score(self, p: float, method: str, batch: int, q: float = 1.0) -> tuple[int, float, bool]:
-        """Best (window, tokens/s, decoupled) for ``method`` at acceptance ``p``.
-
-        Decoupled unless drafting costs real time and most of the lookahead
-        would be thrown away (the whole window survives with probability p**w):
-        then coupled mode, which drafts only after each verdict, spends less
-        of the drafter that the other requests share.
-        """
-        window, speed = self.cost.best_window(p, method, batch, self.decoupled, self.max_window, q)
-        if self.decoupled and window and p ** window < 0.2 and \
-                window * self.cost.draft_s(method, batch) > 0.1 * self.cost.verify_s(batch, window + 1):
-            window, speed = self.cost.best_window(p, method, batch, False, self.max_window, q)
-            return window, speed, False
-        return window, speed, self.decoupled
-
-    def _choice(self, method: str, window: int, speed: float, decoupled: bool, batch: int, why: str) -> Choice:
-        if window == 0:
-            base = self.cost.tokens_per_s(0.0, 0, method, batch, self.decoupled)
-            return Choice([], 0, self.decoupled, f"off: no method pays at batch {batch} (best {method} "
-                                                 f"{speed:.1f} tok/s = plain decoding {base:.1f})")
-        return Choice([method], window, decoupled, f"{why}: {method} w={window} predicts {speed:.1f} tok/s")
-
     def default_choice(self, batch: int) -> Choice:
-        """For requests not seen yet: the best method by the global estimates."""
-        best = max(((self._score((a.successes + 1) / (a.weight + 2), m, batch), m)
-                    for m, a in self.global_arms.items()), key=lambda x: x[0][1])
-        (window, speed, decoupled), method = best
-        return self._choice(method, window, speed, decoupled, batch, "cold start, best so far")
+        """For requests not seen yet: the best method by the global estimates, as if every
+        request of the batch took it (off unless that beats plain decoding by ``min_gain``)."""
+        steps = self.cost.at_batch(batch)
+        plain = 1.0 / steps.decode if steps.decode > 0 else 0.0
+        best = (0, plain, self.methods[0], 0.0)
+        for method, arm in self.global_arms.items():
+            if arm.weight < 1:  # nothing known yet: the first requests' explorers will tell
+                continue
+            p = (arm.successes + 1) / (arm.weight + 2)
+            window, speed = self._rank(steps, p, method, 1.0)
+            if window and speed > best[1]:
+                best = (window, speed, method, p)
+        window, speed, method, p = best
+        if not window or speed < plain * (1 + self.min_gain):
+            return Choice([], 0, self.decoupled, f"off: cold start, no method pays at batch {batch} "
+                                                 f"(plain {plain:.1f} tok/s)")
+        return Choice([method], window, self._decoupled(p, method, batch, window, steps),
+                      f"cold start, best so far: {method} w={window} p={p:.2f} predicts {speed:.1f} tok/s "
+                      f"(plain {plain:.1f})")
 
     def is_free(self, method: str, batch: int) -> bool:
         """A method whose drafting costs under 5% of a decode step rides along on every
@@ -211,57 +256,227 @@ class FastestOfN:
         """A choice for every request (batch = how many are running; default all known)."""
         batch = batch or len(self.requests) or 1
         self.rounds += 1
+        steps = self.cost.at_batch(batch)
         free = [m for m in self.methods if self.is_free(m, batch)]
-        plan: dict[str, Choice] = {}
         ranked: dict[str, list[tuple[float, str, int]]] = {}
+        picked: list[tuple[str, str, float, float, float, str]] = []  # rid, method, p to exploit, draw, q, why
         for rid, req in self.requests.items():
+            if self.primary.get(rid) == "":
+                # off: nothing new is learnt of it, so its own evidence fades towards the global
+                # estimate; or a request that was unlucky early would stay off, and finish last
+                for arm in req.arms.values():
+                    arm.successes *= self.decay
+                    arm.failures *= self.decay
+            # the draw ranks the methods (Thompson), but a free method is scored on every speculating
+            # step whichever method leads, so it needs no exploring: its mean ranks it. Whether and
+            # how far to speculate is the batch's call, below.
             options = []
             for method in self.methods:
-                # the draw ranks the methods; the window follows the posterior mean, so it does not
-                # flap, unless the mean says "off" and the draw says "on": then it explores
                 q = req.draft_rates.get(method, 1.0)
-                drawn_window, speed, drawn_decoupled = self._score(self._sample(req, method), method, batch, q)
                 a, b = self._posterior(req, method)
-                window, mean_speed, decoupled = self._score(a / (a + b), method, batch, q)
-                if not window:
-                    window, decoupled = drawn_window, drawn_decoupled
-                options.append((speed, method, window, decoupled, mean_speed))
+                drawn = self._sample(req, method)
+                window, speed = self._rank(steps, a / (a + b) if method in free else drawn, method, q)
+                options.append((speed, method, window, self._exploit_p(req, method), drawn, q))
             options.sort(key=lambda o: o[0], reverse=True)
             ranked[rid] = [(o[0], o[1], o[2]) for o in options]
-            speed, method, window, decoupled, mean_speed = options[0]
+            best = options[0]
             why = "cold start" if not req.arms else "bandit"
             previous = self.primary.get(rid)
-            if previous == "":
-                # speculation was off: turning it back on is a switch too, held and with a margin,
-                # or exploration draws would keep a large, compute-bound batch speculating
-                plain = self.cost.tokens_per_s(0.0, 0, method, batch, self.decoupled)
-                if window and (self.rounds < req.hold_until or speed < plain * (1 + self.switch_margin)):
-                    window = 0
-                elif window:
-                    why = "back on"
-                    req.hold_until = self.rounds + self.hold_rounds
-            elif previous and not window:
-                req.hold_until = self.rounds + self.hold_rounds
-            elif previous is not None and previous != method:
+            if previous and previous != best[1]:
                 kept = next(o for o in options if o[1] == previous)
                 # a switch costs the new drafter a Track (a model drafter prefills): hold a choice
                 # for a few rounds, and switch only for a clearly better draw
-                if kept[2] and (self.rounds < req.hold_until or kept[0] * (1 + self.switch_margin) >= speed):
-                    speed, method, window, decoupled, mean_speed = kept
+                if kept[2] and (self.rounds < req.hold_until or kept[0] * (1 + self.switch_margin) >= best[0]):
+                    best = kept
                 else:
                     why = f"switch from {previous}"
-                    req.hold_until = self.rounds + self.hold_rounds
-            choice = self._choice(method, window, speed, decoupled, batch, why)
-            self.primary[rid] = method if window else ""
-            if window:
+            picked.append((rid, best[1], best[3], best[4], best[5], why))
+
+        # exploitation: the windows that maximise the batch's tokens/s at the cautious means
+        exploit, exploit_speed, plain = self._allocate(steps, [(m, sure, q) for _, m, sure, _, q, _ in picked])
+        # exploration: a few requests the means leave off try their draw, if the batch's step can afford it
+        eligible = [i for i, (rid, _, sure, drawn, _, _) in enumerate(picked)
+                    if not exploit[i] and drawn > sure and self.rounds >= self.requests[rid].explore_at]
+        windows, speed = exploit, exploit_speed
+        explorers: set[int] = set()
+        if not self.replan_soon:  # credit grows with the regular plans, not the follow-ups of explorations
+            self.explore_credit = min(1.0, self.explore_credit + self.explore_budget)
+        if eligible:
+            # a few at a time; but while a method is barely known, every request may (one step's
+            # evidence then serves them all, and a large batch may need many rows to pay at all)
+            cold = [i for i in eligible if self.global_arms[picked[i][1]].weight < self.pool_weight]
+            warm = [i for i in eligible if i not in cold]
+            cap = max(1, int(self.explore_share * len(picked)))
+            chosen = set(cold) | set(self.rng.sample(warm, min(cap, len(warm))))
+            entries = [(m, drawn if i in chosen else sure, q) for i, (_, m, sure, drawn, q, _) in enumerate(picked)]
+            explore, explore_speed, _ = self._allocate(steps, entries)
+            explorers = {i for i in chosen if explore[i]}
+            exploit_s = self._step_s(steps, picked, exploit)
+            explore = list(explore)
+            while explorers:  # the explorers' windows by their draws, everyone else's as exploitation has them
+                windows = [explore[i] if i in explorers else exploit[i] for i in range(len(picked))]
+                # what the step would cost more than the exploiting one, should the draws be wrong
+                extra = self._step_s(steps, picked, windows) / exploit_s - 1.0
+                if extra <= self.explore_credit:
+                    self.explore_credit -= max(extra, 0.0)
+                    speed = explore_speed
+                    break
+                # over the credit: shorter windows first (a short draft still measures acceptance),
+                # then fewer explorers, the least hopeful draw first
+                longest = max(explorers, key=lambda i: explore[i])
+                if explore[longest] > 1:
+                    explore[longest] -= 1
+                else:
+                    explorers.discard(min(explorers, key=lambda i: picked[i][3]))
+            else:
+                windows = exploit
+        self.replan_soon = bool(explorers)
+
+        plan: dict[str, Choice] = {}
+        for i, (rid, method, sure, drawn, q, why) in enumerate(picked):
+            req = self.requests[rid]
+            window = windows[i]
+            if i in explorers:
+                gap = req.explore_gap or self.hold_rounds
+                req.explore_at = self.rounds + gap
+                req.explore_gap = min(2 * gap, self.max_explore_gap)
+                why = "explore"
+            elif exploit[i]:
+                req.explore_gap = self.hold_rounds  # the mean pays: a later exploration starts afresh
+            previous = self.primary.get(rid)
+            if window and previous and previous != method:
+                req.hold_until = self.rounds + self.hold_rounds
+            if not window:
+                choice = Choice([], 0, self.decoupled, f"off: speculation does not pay at batch {batch} "
+                                                       f"(best {method} p={sure:.2f}; plain {plain:.1f} tok/s)")
+            else:
+                p = drawn if i in explorers else sure
+                choice = Choice([method], window, self._decoupled(p, method, batch, window, steps),
+                                f"{why}: {method} w={window} p={p:.2f}: batch {speed:.1f} tok/s "
+                                f"(plain {plain:.1f})")
                 riders = [m for m in free if m != method]
                 choice.methods += riders
                 if riders:
                     choice.reason += f" (+{','.join(riders)} free)"
+            self.primary[rid] = method if window else ""
             plan[rid] = choice
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
         return plan
+
+    def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
+        """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:
+        what the methods of a request are ranked by."""
+        b = steps.batch
+        best = (0, 1.0 / steps.decode if steps.decode > 0 else 0.0)
+        per_token = self.cost.draft_s(method, b)
+        memo = steps.memo
+        for w in range(1, self.max_window + 1):
+            fed = b * (1 + q * w)
+            verify = memo.get(fed)
+            if verify is None:
+                verify = memo[fed] = steps.verify(fed)
+            drafting = w * per_token
+            latency = max(verify, drafting) if self.decoupled else verify + drafting
+            speed = (1.0 + q * (expected_progress(p, w) - 1.0)) / latency if latency > 0 else 0.0
+            if speed > best[1] * (1 + 1e-9):
+                best = (w, speed)
+        return best
+
+    def _decoupled(self, p: float, method: str, batch: int, window: int, steps: StepCosts) -> bool:
+        """Decoupled unless drafting costs real time and most of the lookahead would be thrown
+        away (the whole window survives with probability p**w): then coupled mode, which drafts
+        only after each verdict, spends less of the drafter that the other requests share."""
+        if not self.decoupled:
+            return False
+        slow = window * self.cost.draft_s(method, batch) > 0.1 * steps.verify(batch * (window + 1))
+        return not (slow and p ** window < 0.2)
+
+    def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
+                windows: list[int]) -> float:
+        """Predicted seconds of the step where request i of ``picked`` drafts ``windows[i]``."""
+        fed, rows = float(steps.batch), 0.0
+        drafting: dict[str, tuple[int, int]] = {}
+        for (_, method, _, _, q, _), w in zip(picked, windows):
+            if w:
+                fed, rows = fed + q * w, rows + q
+                n, longest = drafting.get(method, (0, 0))
+                drafting[method] = (n + 1, max(longest, w))
+        verify = steps.verify(fed, rows)
+        draft = max((w * self.cost.draft_s(m, n) for m, (n, w) in drafting.items()), default=0.0)
+        return max(verify, draft) if self.decoupled else verify + draft
+
+    def _allocate(self, steps: StepCosts,
+                  entries: list[tuple[str, float, float]]) -> tuple[list[int], float, float]:
+        """Windows (0 = off) for requests ``(method, acceptance, draft rate)`` that maximise the
+        batch's predicted tokens per second, every request's draft tokens fed to one step;
+        returns (windows, that speed, plain decoding's speed). All off unless speculation beats
+        plain decoding by ``min_gain``.
+
+        A step's cost is not additive (the first drafting row pays a fixed cost alone), so the
+        search first tries, for each window w, the k requests of highest acceptance speculating
+        with w (every k), then refines each request's window with the others fixed.
+        """
+        n, batch, top = len(entries), steps.batch, self.max_window
+        windows = [0] * n
+        if n == 0:
+            return windows, 0.0, 0.0
+        gains = [[q * (expected_progress(p, w) - 1.0) for w in range(top + 1)] for _, p, q in entries]
+        # drafting time matters only for methods whose drafting can outlast a verify step (decoupled)
+        # or add more than 1% to it (coupled)
+        share = 1.0 if self.decoupled else 0.01
+        costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * top > share * steps.decode}
+        base_fed = float(max(batch, n))
+        state = {"progress": float(n), "fed": base_fed, "rows": 0.0}
+
+        def speed() -> float:
+            verify = steps.verify(state["fed"], state["rows"])
+            drafting = 0.0
+            if costly:
+                longest: dict[str, int] = {}
+                count: dict[str, int] = {}
+                for i, w in enumerate(windows):
+                    m = entries[i][0]
+                    if w and m in costly:
+                        longest[m] = max(longest.get(m, 0), w)
+                        count[m] = count.get(m, 0) + 1
+                drafting = max((longest[m] * self.cost.draft_s(m, count[m]) for m in longest), default=0.0)
+            latency = max(verify, drafting) if self.decoupled else verify + drafting
+            return state["progress"] / latency if latency > 0 else 0.0
+
+        def setw(i: int, w: int) -> None:
+            old, q = windows[i], entries[i][2]
+            state["progress"] += gains[i][w] - gains[i][old]
+            state["fed"] += q * (w - old)
+            state["rows"] += q * ((w > 0) - (old > 0))
+            windows[i] = w
+
+        plain = speed()
+        order = sorted(range(n), key=lambda i: (-entries[i][1], -entries[i][2]))
+        best_speed, best_w, best_k = plain, 0, 0
+        for w in range(1, top + 1):
+            for k, i in enumerate(order, 1):
+                setw(i, w)
+                s = speed()
+                if s > best_speed * (1 + 1e-12):
+                    best_speed, best_w, best_k = s, w, k
+            for i in order:
+                setw(i, 0)
+        for i in order[:best_k]:
+            setw(i, best_w)
+        for i in order:  # one pass of coordinate ascent: each request's own window, the others fixed
+            current = windows[i]
+            for w in sorted({0, max(current - 1, 0), min(current + 1, top), best_w or 1}):
+                if w == current:
+                    continue
+                setw(i, w)
+                s = speed()
+                if s > best_speed * (1 + 1e-12):
+                    best_speed, current = s, w
+                setw(i, current)
+        if best_speed < plain * (1 + self.min_gain):
+            return [0] * n, plain, plain
+        return list(windows), best_speed, plain
 
     def _progress(self, rid: str, choice: Choice) -> tuple[float, int]:
         """Expected progress per step and tokens fed for one request's choice."""
@@ -288,7 +503,8 @@ class FastestOfN:
                 n, w = drafting.get(m, (0, 0))
                 drafting[m] = (n + 1, max(w, choice.window))
         total = sum(progress.values())
-        step = self.cost.step_s(batch, fed, drafting, self.decoupled)
+        rows = sum(1 for c in plan.values() if c.methods)
+        step = self.cost.step_s(batch, fed, drafting, self.decoupled, rows)
         left = f"{len(self.requests)} of {self.peak_requests} left"
         for rid in sorted(plan, key=progress.__getitem__):
             choice = plan[rid]
@@ -313,7 +529,7 @@ class FastestOfN:
                     n, w = drafting.get(added, (0, 0))
                     trial_drafting[added] = (n + 1, max(w, trial.window))
                 new_fed = fed - old_fed + trial_fed
-                new_step = self.cost.step_s(batch, new_fed, trial_drafting, self.decoupled)
+                new_step = self.cost.step_s(batch, new_fed, trial_drafting, self.decoupled, rows)
                 new_total = total - progress[rid] + gain_progress
                 if new_total / new_step <= total / step:
                     continue

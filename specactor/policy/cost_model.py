@@ -2,12 +2,22 @@
 how many tokens per second a choice of method, window and mode buys.
 
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in
-the engine's profile (``bench/cost_profile.py`` writes it; one for the default
-model on a 2-core CPU ships with the package) and corrected online by an
-exponentially weighted ratio of measured to predicted step times, so a
-different machine converges to its own figures after a few steps. Drafting
-time per token ``D(b) = b*D' + alpha`` is learnt per method from the drafters'
-own timings.
+the engine's profile: this machine's, measured once at start-up and cached
+(:mod:`specactor.policy.profiling`), else the packaged one (the default model
+on another 2-core CPU), corrected online by an exponentially weighted ratio of
+measured to predicted step times. A scalar correction cannot fix the *shape*
+of a profile from another machine (how much dearer verifying k tokens is than
+decoding one), which is what the decisions hang on: hence the per-machine one.
+Drafting time per token ``D(b) = b*D' + alpha`` is learnt per method from the
+drafters' own timings.
+
+A step where only some rows verify drafts does not cost the uniform ``V(b, fed/b)``:
+the engine gives those rows an attention part of their own, whose fixed cost
+the first drafting row pays alone (on a 2-core AVX2 CPU, one row verifying 4
+tokens in a batch of 12 adds 50-80 ms to a 145 ms decode step, a third of what
+all twelve rows doing so add). A profile may therefore also hold ``one_row_s``
+(one row fed c tokens, the others one); a step with r drafting rows is then
+interpolated between that and the uniform figure (:meth:`CostModel.verify_rows_s`).
 
 With per-token acceptance p and window w, accepted tokens follow a truncated
 geometric law and a verify step makes ``E = (1 - p**(w+1)) / (1 - p)`` tokens
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -94,32 +105,106 @@ DEFAULT_DRAFT_COSTS = {
 }
 
 
+class StepCosts:
+    """Verify time at one batch size, the profile interpolated over batch sizes once
+    (the policy evaluates hundreds of allocations of one step)."""
+
+    def __init__(self, cost: "CostModel", batch: int) -> None:
+        self.batch = batch
+        self.chunks = [float(c) for c in cost.chunk_lens]
+        scale = cost.correction
+
+        def column(table: list[list[float]], ci: int) -> float:
+            return scale * _interp(cost.batch_sizes, [row[ci] for row in table], batch)
+
+        self.uniform = [column(cost.forward_s, ci) for ci in range(len(self.chunks))]
+        # one row alone never costs more than every row doing the same (a measurement's noise could
+        # say so, and the policy would then add useless drafts to make a step "cheaper")
+        self.one_row = None if cost.one_row_s is None or batch <= 1 else \
+            [min(column(cost.one_row_s, ci), u) for ci, u in enumerate(self.uniform)]
+        self.decode = _interp(self.chunks, self.uniform, 1.0)
+        self.memo: dict[float, float] = {}  # fed -> uniform verify seconds, for callers that repeat themselves
+
+    def verify(self, fed: float, rows: float | None = None) -> float:
+        """Seconds of one forward fed ``fed`` tokens in all, ``rows`` of the rows verifying
+        drafts (None: the tokens spread evenly over every row, the profile's own shape)."""
+        b = self.batch
+        if b <= 0:
+            return 0.0
+        extra = fed - b
+        if rows is None or self.one_row is None:
+            return _interp(self.chunks, self.uniform, fed / b)
+        if extra <= 1e-9 or rows <= 1e-9:
+            return self.decode
+        r = min(rows, float(b))
+        chunk = 1.0 + extra / r
+        one = _interp(self.chunks, self.one_row, chunk)
+        if r < 1.0:  # a row that drafts on a share of the steps only: the expectation
+            return self.decode + r * (one - self.decode)
+        return one + (r - 1.0) / (b - 1.0) * (_interp(self.chunks, self.uniform, chunk) - one)
+
+
 @dataclass
 class CostModel:
     batch_sizes: list[int]
     chunk_lens: list[int]
-    forward_s: list[list[float]]  # [batch index][chunk index], median seconds
+    forward_s: list[list[float]]  # [batch index][chunk index], median seconds, every row fed the chunk
     correction: float = 1.0
     draft: dict[str, DraftCost] = field(default_factory=dict)
+    #: [batch index][chunk index]: one row fed the chunk, the others one token (optional)
+    one_row_s: list[list[float]] | None = None
+    source: str = "packaged"  # where the profile came from (a path, or "packaged")
 
     @classmethod
     def from_profile(cls, path: str | Path | None = None) -> "CostModel":
-        """Load a profile written by ``bench/cost_profile.py`` (the packaged one by default)."""
-        if path is None:
+        """Load a profile written by :func:`specactor.policy.profiling.measure` (``bench/cost_profile.py``);
+        the packaged one for None or ``"packaged"``."""
+        if path is None or str(path) == "packaged":
             text = resources.files("specactor.policy").joinpath("default_profile.json").read_text()
+            path = None
         else:
             text = Path(path).read_text()
-        data = json.loads(text)
+        name = str(path) if path is not None else "packaged"
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"cost profile {name} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"cost profile {name} is not a JSON object")
         try:
             model = cls(list(data["batch_sizes"]), list(data["chunk_lens"]),
                         [list(map(float, row)) for row in data["forward_s"]])
         except KeyError as exc:
-            raise ValueError(f"cost profile {path or 'default'} lacks the field {exc}") from None
-        if len(model.forward_s) != len(model.batch_sizes) or any(
-                len(row) != len(model.chunk_lens) for row in model.forward_s):
-            raise ValueError(f"cost profile {path or 'default'}: forward_s is not batch_sizes x chunk_lens")
+            raise ValueError(f"cost profile {name} lacks the field {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+        model.source = name
+
+        def check(table: list[list[float]], field_name: str) -> None:
+            if len(table) != len(model.batch_sizes) or any(len(row) != len(model.chunk_lens) for row in table):
+                raise ValueError(f"cost profile {name}: {field_name} is not batch_sizes x chunk_lens")
+            if any(not (t > 0 and math.isfinite(t)) for row in table for t in row):
+                raise ValueError(f"cost profile {name}: {field_name} holds a time that is not a positive number")
+
+        if not model.batch_sizes or not model.chunk_lens:
+            raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must not be empty")
+        if model.batch_sizes != sorted(set(model.batch_sizes)) or model.chunk_lens != sorted(set(model.chunk_lens)):
+            raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must increase")
+        check(model.forward_s, "forward_s")
+        if data.get("one_row_s") is not None:
+            try:
+                model.one_row_s = [list(map(float, row)) for row in data["one_row_s"]]
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+            check(model.one_row_s, "one_row_s")
         model.draft = {name: DraftCost(c.per_row_s, c.fixed_s) for name, c in DEFAULT_DRAFT_COSTS.items()}
         return model
+
+    def adopt(self, other: "CostModel") -> None:
+        """Take ``other``'s verify profile (a better one for this machine); drafting costs
+        learnt so far stay, and the online correction starts afresh."""
+        self.batch_sizes, self.chunk_lens, self.forward_s = other.batch_sizes, other.chunk_lens, other.forward_s
+        self.one_row_s, self.source, self.correction = other.one_row_s, other.source, 1.0
 
     # ------------------------------------------------------------------ verify
 
@@ -130,11 +215,20 @@ class CostModel:
         per_batch = [_interp(self.chunk_lens, row, chunk) for row in self.forward_s]
         return self.correction * _interp(self.batch_sizes, per_batch, batch)
 
-    def observe_step(self, batch: int, tokens: int, seconds: float, weight: float = 0.1) -> None:
-        """Refresh the correction from one measured step (``tokens`` fed in all)."""
+    def at_batch(self, batch: int) -> StepCosts:
+        return StepCosts(self, batch)
+
+    def verify_rows_s(self, batch: int, fed: float, rows: float | None = None) -> float:
+        """Predicted seconds of one forward over ``batch`` rows fed ``fed`` tokens in all, of which
+        ``rows`` rows verify drafts (None: every row fed ``fed / batch``, as the profile was measured)."""
+        return self.at_batch(batch).verify(fed, rows)
+
+    def observe_step(self, batch: int, tokens: int, seconds: float, weight: float = 0.1,
+                     rows: int | None = None) -> None:
+        """Refresh the correction from one measured step (``tokens`` fed in all, ``rows`` rows with drafts)."""
         if batch <= 0 or seconds <= 0:
             return
-        predicted = self.verify_s(batch, tokens / batch) / self.correction
+        predicted = self.verify_rows_s(batch, tokens, rows) / self.correction
         if predicted > 0:
             self.correction += weight * (seconds / predicted - self.correction)
 
@@ -149,10 +243,12 @@ class CostModel:
 
     # ------------------------------------------------------------------ choices
 
-    def step_s(self, batch: int, fed: int, drafting: dict[str, tuple[int, int]], decoupled: bool) -> float:
-        """One iteration: verify ``fed`` tokens over ``batch`` rows while each method
-        drafts ``w`` tokens for its ``n`` requests (``drafting[m] = (n, w)``)."""
-        verify = self.verify_s(batch, fed / batch) if batch else 0.0
+    def step_s(self, batch: int, fed: float, drafting: dict[str, tuple[int, int]], decoupled: bool,
+               rows: float | None = None) -> float:
+        """One iteration: verify ``fed`` tokens over ``batch`` rows (``rows`` of them verifying
+        drafts; None: spread evenly) while each method drafts ``w`` tokens for its ``n``
+        requests (``drafting[m] = (n, w)``)."""
+        verify = self.verify_rows_s(batch, fed, rows) if batch else 0.0
         draft = max((w * self.draft_s(m, n) for m, (n, w) in drafting.items() if n), default=0.0)
         return max(verify, draft) if decoupled else verify + draft
 

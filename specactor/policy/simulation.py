@@ -2,7 +2,12 @@
 
 Requests have a length and a true per-token acceptance per method (optionally
 changing half-way); drafters have the cost model's drafting time; a verify
-step costs ``CostModel.verify_s`` for the tokens it is fed. A policy is
+step costs what the simulator's own cost model (the "true" clock: pass a
+different instance, or another profile, from the policy's) says for the tokens
+it is fed and the rows that verify drafts. A policy with a ``cost`` model of its
+own has it corrected online from the true step times, as the PolicyActor does;
+``plan_every`` re-plans every that many steps (and after a step where the
+policy says ``replan_soon``), as the PolicyActor does. A policy is
 anything with ``add_request / remove_request / observe / observe_commit /
 plan(batch)`` (``FastestOfN``, or the fixed and random baselines below). The
 simulator draws accepted lengths from the truncated geometric law the cost
@@ -62,6 +67,13 @@ class _Baseline:
         pass
 
 
+class PlainPolicy(_Baseline):
+    """No speculation at all: the autoregressive baseline."""
+
+    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+        return {}
+
+
 class FixedPolicy(_Baseline):
     """One method with one window for every request (the coupled baselines)."""
 
@@ -108,9 +120,10 @@ def accepted_length(rng: random.Random, p: float, window: int) -> int:
 
 
 class Simulator:
-    def __init__(self, cost: CostModel, seed: int = 0) -> None:
+    def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1) -> None:
         self.cost = cost
         self.seed = seed
+        self.plan_every = max(1, plan_every)
 
     def run(self, requests: list[SimRequest], policy: Policy, max_steps: int = 100_000) -> SimResult:
         rng = random.Random(self.seed)
@@ -118,11 +131,15 @@ class Simulator:
         by_id = {r.request_id: r for r in requests}
         for r in requests:
             policy.add_request(r.request_id)
+        learner = getattr(policy, "cost", None)
+        learner = learner if isinstance(learner, CostModel) and learner is not self.cost else None
         clock, steps, choices, finish = 0.0, 0, [], {}
+        plan: dict[str, Choice] = {}
         while committed and steps < max_steps:
             batch = len(committed)
-            plan = policy.plan(batch)
-            fed = 0
+            if steps % self.plan_every == 0 or getattr(policy, "replan_soon", False):
+                plan = policy.plan(batch)
+            fed = rows = 0
             drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
             decoupled = True
             for rid in committed:
@@ -130,11 +147,15 @@ class Simulator:
                 decoupled &= choice.decoupled
                 # racing verifies every draft; otherwise the verifier takes one (the longest)
                 fed += 1 + choice.window * (len(choice.methods) if choice.race else min(len(choice.methods), 1))
+                rows += bool(choice.methods and choice.window)
                 for m in choice.methods:
                     n, w = drafting.get(m, (0, 0))
                     drafting[m] = (n + 1, max(w, choice.window))
-            clock += self.cost.step_s(batch, fed, drafting, decoupled)
+            step = self.cost.step_s(batch, fed, drafting, decoupled, rows)
+            clock += step
             steps += 1
+            if learner is not None:
+                learner.observe_step(batch, fed, self.cost.verify_rows_s(batch, fed, rows), rows=rows)
             for rid in list(committed):
                 req, done = by_id[rid], committed[rid]
                 choice = plan.get(rid) or Choice([], 0, True)

@@ -54,6 +54,7 @@ class VerifyActor(Actor):
         dtype: str = "float32",
         default_seed: int = 0,
         learners: list[str] | None = None,
+        profile: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -74,6 +75,7 @@ class VerifyActor(Actor):
         self.coupled: set[str] = set()  # requests whose drafts the step waits for
         self.policy = policy  # actor that gets every VerdictBatch, if any
         self.learners = list(learners or [])  # drafters that train on finished samples (p.Rollouts)
+        self.profile = profile  # measure this machine's cost profile before serving, if none is cached
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
         self.version = 0  # policy version of the weights; every result carries it
@@ -103,6 +105,10 @@ class VerifyActor(Actor):
                 eos.add(tok_eos)
             engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
                             device=self.device)
+            if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
+                from specactor.policy.profiling import ensure_profile
+
+                ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log)
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 

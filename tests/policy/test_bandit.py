@@ -130,6 +130,9 @@ def test_racing_stays_within_drafter_capacity_and_names_its_reason() -> None:
         policy.add_request(f"r{i}")
     for i in range(6):
         policy.remove_request(f"r{i}")
+    for rid in ("r6", "r7"):  # something is known of both methods (with nothing known, only explorers draft)
+        for method in ("ngram", "suffix"):
+            policy.observe(rid, method, 4, 2)
     plan = policy.plan()
     assert all(len(c.methods) == 2 for c in plan.values())
     assert all("tail: racing" in c.reason for c in plan.values())

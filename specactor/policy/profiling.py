@@ -1,0 +1,314 @@
+"""This machine's cost profile: how long a forward of the target takes, by batch size and chunk length.
+
+The policy decides where speculation pays from the ratio of a verify step to a
+decode step at each batch size, and that ratio depends on the CPU far more
+than a scalar correction can fix (prepacked weights on an AVX2 EPYC: verifying
+4 drafted tokens at batch 1 costs 1.3x a decode step, at batch 12 2.5x, and a
+single drafting row in a batch of 12 adds a third of a decode step). So the
+profile is measured on the machine that serves, once, and cached.
+
+:func:`measure` times forwards of a CausalLM with its weights packed as the
+engine packs them (``model.pack()``): for each batch size B and chunk length
+C, every row has ``context`` tokens in its KV cache and is fed C new tokens
+(C=1 is a decode step, C=k+1 verifies k drafted tokens), logits for every
+position, as verification needs; and, for B > 1, one row fed C tokens while the
+others decode (``one_row_s``). The median of ``repeats`` timed forwards is kept,
+after one warm-up. ``bench/cost_profile.py`` is its command line.
+
+:func:`ensure_profile` is what the engine calls where the model is loaded
+(the verifier's process, before it serves): the cached profile for this
+machine, else a quick one measured now (:data:`QUICK`, about 20-40 s for the
+default model on a 2-core CPU) and cached. The cache key is the model's folder
+name, dtype, device, torch's thread count, the CPU model and torch's version
+(:func:`profile_key`); files live in ``<cache>/profiles/`` (see
+:func:`specactor.models.cache_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+#: Bumped when what is measured changes, so that older cached profiles are re-measured.
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Grid:
+    batch_sizes: tuple[int, ...]
+    chunk_lens: tuple[int, ...]
+    context: int
+    repeats: int
+
+
+#: The start-up grid: small enough to take well under the actor system's 120 s ready timeout.
+QUICK = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), chunk_lens=(1, 2, 4, 8), context=256, repeats=2)
+
+#: Measuring stops after this many seconds (the batch sizes measured so far are kept: the
+#: cost model extrapolates beyond them); the verifier must acknowledge the directory within 120 s.
+DEFAULT_BUDGET_S = 75.0
+
+
+def cpu_model() -> str:
+    """The CPU's model string: /proc/cpuinfo's "model name" (Linux), else platform's."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def profile_key(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None) -> dict[str, Any]:
+    """What a cached profile must match: model folder name, dtype, device, torch threads, CPU, torch."""
+    import torch
+
+    name = Path(model).name  # a registry name or a checkpoint folder: the folder's name
+    gpu = ""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(torch.device(device))
+    return {"model": name, "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+            "threads": int(threads if threads is not None else torch.get_num_threads()),
+            "cpu": cpu_model(), "gpu": gpu, "cores": os.cpu_count() or 0, "torch": torch.__version__,
+            "version": PROFILE_VERSION}
+
+
+def profiles_dir() -> Path:
+    from specactor.models import cache_dir
+
+    return cache_dir() / "profiles"
+
+
+def profile_path(key: dict[str, Any]) -> Path:
+    """Where the profile for ``key`` is cached (readable prefix, hash of the whole key)."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in
+                   f"{key['model']}-{key['dtype']}-{key['device']}-t{key['threads']}")
+    return profiles_dir() / f"{slug}-{digest}.json"
+
+
+def load_cached(path: Path, key: dict[str, Any]) -> tuple[bool, str]:
+    """(usable, why not): the file exists, is a valid profile, and was measured for ``key``."""
+    from specactor.policy.cost_model import CostModel
+
+    if not path.is_file():
+        return False, "absent"
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            return False, "not a JSON object"
+        if data.get("key") != key:
+            return False, "measured for another key"
+        CostModel.from_profile(path)
+    except (OSError, ValueError) as exc:
+        return False, str(exc)
+    return True, ""
+
+
+def find_profile(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None) -> Path | None:
+    """This machine's cached profile for that model and setting, or None (absent or unusable)."""
+    key = profile_key(model, dtype, device, threads)
+    path = profile_path(key)
+    ok, _ = load_cached(path, key)
+    return path if ok else None
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,
+            context: int = QUICK.context, repeats: int = QUICK.repeats, *, one_row: bool = True,
+            sample: bool = False, budget_s: float | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Time forwards of ``model`` (a :class:`specactor.verifier.model.CausalLM`, packed here as
+    the engine packs it) over ``batch_sizes`` x ``chunk_lens`` with ``context`` tokens of KV cache
+    per row; return the profile (the JSON format :class:`CostModel` reads).
+
+    ``sample`` also times the sampler for every position (``sample_s``, informative only);
+    ``budget_s`` stops after the batch size during which it ran out (the profile then
+    holds the batch sizes measured, and ``"partial": true``).
+    """
+    import torch
+
+    from specactor.verifier.kv_cache import KVCache
+    from specactor.verifier.sampler import SamplingBatch, sample as sample_logits
+
+    batch_sizes, chunk_lens = sorted(set(int(b) for b in batch_sizes)), sorted(set(int(c) for c in chunk_lens))
+    if not batch_sizes or not chunk_lens or batch_sizes[0] < 1 or chunk_lens[0] < 1 or repeats < 1:
+        raise ValueError("need batch sizes and chunk lengths >= 1 and repeats >= 1")
+    packed = model.pack() if hasattr(model, "pack") else False  # what the engine runs (a no-op if packed)
+    weight = model.embed.weight
+    device, dtype, vocab = weight.device, weight.dtype, model.cfg.vocab_size
+    started = time.perf_counter()
+    g = torch.Generator().manual_seed(0)
+    cache = KVCache(model.cfg, max(batch_sizes), context + max(chunk_lens) + 1, dtype=dtype, device=device)
+    # the context's keys and values: their values do not change a forward's time, so no prefill
+    gen = torch.Generator(device=device).manual_seed(0) if device.type == "cuda" else g
+    for t in (cache.k, cache.v):
+        t[:, :, :, :context].normal_(generator=gen)
+
+    def timed(q_lens: list[int]) -> tuple[float, float]:
+        b, fed = len(q_lens), sum(q_lens)
+        times, stimes = [], []
+        for r in range(repeats + 1):
+            tokens = torch.randint(0, vocab, (fed,), generator=g).to(device)
+            cache.lengths[:b] = [context] * b
+            _sync(device)
+            t0 = time.perf_counter()
+            logits = model(tokens, q_lens, cache)
+            _sync(device)
+            t1 = time.perf_counter()
+            if sample:
+                rows = [(1.0, 0, 1.0, i, context + j) for i, q in enumerate(q_lens) for j in range(q)]
+                sample_logits(logits, SamplingBatch.build(rows, device))
+                _sync(device)
+            t2 = time.perf_counter()
+            if r:  # the first run is a warm-up
+                times.append(t1 - t0)
+                stimes.append(t2 - t1)
+        return statistics.median(times), statistics.median(stimes)
+
+    forward: list[list[float]] = []
+    one: list[list[float]] = []
+    sampling: list[list[float]] = []
+    done: list[int] = []
+    partial = False
+    with torch.inference_mode():
+        for b in batch_sizes:
+            if budget_s is not None and done and time.perf_counter() - started > budget_s:
+                partial = True
+                break
+            f_row, o_row, s_row = [], [], []
+            for c in chunk_lens:
+                f, s = timed([c] * b)
+                f_row.append(f)
+                s_row.append(s)
+                o = f if (b == 1 or c == 1) else timed([c] + [1] * (b - 1))[0]
+                o_row.append(o)
+                if progress is not None:
+                    progress(f"B={b:3d} C={c:2d}: forward {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
+                             + (f"  sample {s * 1000:6.1f} ms" if sample else ""))
+            forward.append(f_row)
+            one.append(o_row)
+            sampling.append(s_row)
+            done.append(b)
+    cache.lengths = [0] * cache.num_slots
+    result: dict[str, Any] = {
+        "model": getattr(model.cfg, "name", "") or "", "context": context, "threads": torch.get_num_threads(),
+        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "repeats": repeats,
+        "packed": bool(packed), "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+        "date": time.strftime("%Y-%m-%d"), "measure_s": round(time.perf_counter() - started, 3),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
+    }
+    if one_row:
+        result["one_row_s"] = one
+    if sample:
+        result["sample_s"] = sampling
+    if partial:
+        result["partial"] = True
+    return result
+
+
+def write_profile(path: str | os.PathLike[str], profile: dict[str, Any]) -> Path:
+    """Write atomically (a reader never sees half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(profile, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One measurement at a time on this machine: two engines starting together would
+    disturb each other's timings (the second then finds the first one's profile)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with open(directory / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str = "float32", device: str = "cpu",
+                   threads: int | None = None, measure_missing: bool = True, grid: Grid = QUICK,
+                   budget_s: float | None = DEFAULT_BUDGET_S, log: Any = None,
+                   announce: Callable[[str], None] | None = None) -> Path | None:
+    """The path of this machine's cost profile for ``model`` (loaded from ``model_dir``):
+    the cached one, else one measured now and cached (None when it is missing and
+    ``measure_missing`` is False: the policy then falls back to the packaged profile).
+
+    Call it where the engine runs, before it serves (the timings must not share the
+    cores with rollouts). A cached file that cannot be used (corrupt, another key) is
+    measured again, with a warning. Emits ``policy.profile`` (path, seconds, cached)
+    and, when it measures, prints one line saying so.
+    """
+    from specactor.events import get_logger
+
+    log = log if log is not None else get_logger(actor="profiling")
+    key = profile_key(model_dir, dtype, device, threads)
+    path = profile_path(key)
+    ok, why = load_cached(path, key)
+    if ok:
+        log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
+        return path
+    if why != "absent":
+        log.warning("policy.profile_unusable", path=str(path), error=why)
+    if not measure_missing:
+        return None
+    with _locked(path.parent):
+        ok, _ = load_cached(path, key)  # measured meanwhile by another engine
+        if ok:
+            log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
+            return path
+        t0 = time.perf_counter()
+        profile = measure(model, grid.batch_sizes, grid.chunk_lens, grid.context, grid.repeats, budget_s=budget_s)
+        seconds = time.perf_counter() - t0
+        profile.update(model=key["model"], key=key)
+        write_profile(path, profile)
+    threads = f"{key['threads']} torch thread{'s' if key['threads'] != 1 else ''}"
+    line = (f"specactor: measured the cost profile of {key['model']} on this machine once, in {seconds:.1f} s "
+            f"({threads}, {key['cpu']}); cached in {path}")
+    (announce or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
+    log.info("policy.profile", path=str(path), seconds=round(seconds, 3), cached=False)
+    return path
+
+
+def resolve_profile(setting: str | None, model_dir: str | os.PathLike[str], *, dtype: str, device: str,
+                    threads: int | None) -> str:
+    """What the policy loads for ``EngineConfig.profile``: None ("auto") and "cached" give this
+    machine's cached profile if there is one, "packaged" and a missing cache the packaged one,
+    anything else is a path."""
+    if setting not in (None, "auto", "cached"):
+        return str(setting)
+    found = find_profile(model_dir, dtype, device, threads)
+    return str(found) if found is not None else "packaged"

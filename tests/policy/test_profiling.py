@@ -1,0 +1,160 @@
+"""This machine's cost profile: measured on the packed model, cached under a stable key, a cache
+hit measures nothing, a corrupt cache file is measured again (a warning, not a crash), and the
+engine hands the cached profile to the policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specactor.config import EngineConfig
+from specactor.policy import profiling
+from specactor.policy.cost_model import CostModel
+from specactor.policy.profiling import (Grid, ensure_profile, find_profile, measure, profile_key, profile_path,
+                                        resolve_profile)
+
+TINY_GRID = Grid(batch_sizes=(1, 2, 4), chunk_lens=(1, 2, 4), context=16, repeats=1)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def model(tiny_checkpoint: Path):
+    """A model of its own (profiling packs it; the session's tiny_model stays as it is)."""
+    from specactor.verifier.weights import load_causal_lm
+
+    return load_causal_lm(tiny_checkpoint)
+
+
+def _ensure(model, folder: Path, announced: list[str] | None = None, **kwargs) -> Path | None:
+    return ensure_profile(model, folder, dtype="float32", device="cpu", threads=1, grid=TINY_GRID,
+                          announce=(announced.append if announced is not None else lambda _: None), **kwargs)
+
+
+def test_the_key_is_stable_and_names_model_setting_and_machine(tiny_checkpoint: Path, cache: Path) -> None:
+    key = profile_key(tiny_checkpoint, "float32", "cpu", 1)
+    assert key == profile_key(str(tiny_checkpoint), "float32", "cpu", 1) == profile_key(tiny_checkpoint.name,
+                                                                                         "float32", "cpu", 1)
+    assert key["model"] == tiny_checkpoint.name and key["threads"] == 1 and key["cpu"] and key["torch"]
+    path = profile_path(key)
+    assert path == profile_path(profile_key(tiny_checkpoint, "float32", "cpu", 1))
+    assert path.parent == cache / "profiles" and path.name.startswith(f"{tiny_checkpoint.name}-float32-cpu-t1-")
+    others = {profile_path(profile_key(tiny_checkpoint, "bfloat16", "cpu", 1)),
+              profile_path(profile_key(tiny_checkpoint, "float32", "cpu", 2)),
+              profile_path(profile_key("another-model", "float32", "cpu", 1))}
+    assert path not in others and len(others) == 3
+
+
+def test_measure_times_the_packed_model_in_the_cost_models_format(model, tmp_path: Path) -> None:
+    from specactor.verifier.packed import PackedLinear, packing_available
+
+    packable = packing_available(model.embed.weight)
+    profile = measure(model, (1, 2, 4), (1, 2, 4), context=16, repeats=1, sample=True)
+    assert profile["packed"] == packable == isinstance(model.lm_head, PackedLinear)  # what the engine runs
+    assert profile["batch_sizes"] == [1, 2, 4] and profile["chunk_lens"] == [1, 2, 4]
+    for table in ("forward_s", "one_row_s", "sample_s"):
+        assert [len(row) for row in profile[table]] == [3, 3, 3]
+    assert profile["one_row_s"][0] == profile["forward_s"][0]  # at batch 1 the one row is every row
+    assert all(one[0] == full[0] for one, full in zip(profile["one_row_s"], profile["forward_s"]))
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    cost = CostModel.from_profile(path)
+    assert cost.one_row_s is not None and cost.verify_rows_s(4, 4 + 3, rows=1) > 0
+
+
+def test_the_first_call_measures_and_caches_then_the_cache_is_used(model, tiny_checkpoint: Path, cache: Path,
+                                                                   events_file, monkeypatch) -> None:
+    announced: list[str] = []
+    path = _ensure(model, tiny_checkpoint, announced)
+    assert path is not None and path.is_file() and path.parent == cache / "profiles"
+    assert len(announced) == 1 and "measured the cost profile" in announced[0] and str(path) in announced[0]
+    stored = json.loads(path.read_text())
+    assert stored["key"] == profile_key(tiny_checkpoint, "float32", "cpu", 1)
+    CostModel.from_profile(path)
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a cache hit must not measure")
+
+    monkeypatch.setattr(profiling, "measure", no_measuring)
+    assert _ensure(model, tiny_checkpoint, announced) == path
+    assert len(announced) == 1
+    events = [e for e in events_file() if e["event"] == "policy.profile"]
+    assert [e["cached"] for e in events] == [False, True]
+    assert events[0]["seconds"] > 0 and events[1]["seconds"] == 0 and {e["path"] for e in events} == {str(path)}
+    assert find_profile(tiny_checkpoint, "float32", "cpu", 1) == path
+
+
+@pytest.mark.parametrize("damage", ["not json", "half", "other key", "bad table"])
+def test_a_corrupt_cached_profile_is_measured_again_with_a_warning(model, tiny_checkpoint: Path, cache: Path,
+                                                                   events_file, damage: str) -> None:
+    path = _ensure(model, tiny_checkpoint)
+    assert path is not None
+    good = json.loads(path.read_text())
+    if damage == "not json":
+        path.write_text("{this is not json")
+    elif damage == "half":
+        path.write_text(path.read_text()[: len(path.read_text()) // 2])
+    elif damage == "other key":
+        path.write_text(json.dumps({**good, "key": {**good["key"], "threads": 99}}))
+    else:
+        path.write_text(json.dumps({**good, "forward_s": [[0.1]]}))
+    assert find_profile(tiny_checkpoint, "float32", "cpu", 1) is None
+    assert _ensure(model, tiny_checkpoint) == path
+    assert json.loads(path.read_text())["key"] == good["key"]
+    CostModel.from_profile(path)
+    warnings = [e for e in events_file() if e["event"] == "policy.profile_unusable"]
+    assert len(warnings) == 1 and warnings[0]["level"] == "warning" and warnings[0]["path"] == str(path)
+
+
+def test_without_profiling_a_missing_profile_falls_back_to_the_packaged_one(model, tiny_checkpoint: Path,
+                                                                           cache: Path) -> None:
+    assert _ensure(model, tiny_checkpoint, measure_missing=False) is None
+    assert not (cache / "profiles").exists() or not list((cache / "profiles").glob("*.json"))
+    for setting in (None, "auto", "cached"):
+        assert resolve_profile(setting, tiny_checkpoint, dtype="float32", device="cpu", threads=1) == "packaged"
+    assert CostModel.from_profile("packaged").source == "packaged"
+    path = _ensure(model, tiny_checkpoint)
+    for setting in (None, "auto", "cached"):
+        assert resolve_profile(setting, tiny_checkpoint, dtype="float32", device="cpu", threads=1) == str(path)
+    assert resolve_profile(setting, tiny_checkpoint, dtype="float32", device="cpu", threads=2) == "packaged"
+    assert resolve_profile("packaged", tiny_checkpoint, dtype="float32", device="cpu", threads=1) == "packaged"
+    assert resolve_profile("/some/file.json", tiny_checkpoint, dtype="float32", device="cpu", threads=1) == \
+        "/some/file.json"
+
+
+def test_the_engine_setting_names_what_it_accepts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("SPECACTOR_PROFILE", raising=False)
+    assert EngineConfig().profile is None and EngineConfig().measure_profile
+    assert not EngineConfig(profile="cached").measure_profile and not EngineConfig(mode="coupled").measure_profile
+    monkeypatch.setenv("SPECACTOR_PROFILE", "packaged")
+    assert EngineConfig().profile == "packaged" and not EngineConfig().measure_profile
+    with pytest.raises(ValueError, match="profile 'nowhere.json': no such file"):
+        EngineConfig(profile="nowhere.json").check()
+    path = tmp_path / "mine.json"
+    path.write_text("{}")
+    EngineConfig(profile=str(path)).check()
+
+
+async def test_the_policy_gets_this_machines_cached_profile(model, tiny_checkpoint: Path, cache: Path,
+                                                            events_file) -> None:
+    """The verifier runs in this process with torch's threads: the coordinator finds the profile
+    cached under the thread count the verifier reports, and the policy decides on it."""
+    import torch
+
+    from specactor.coordinator import RolloutEngine
+    from specactor.protocol import SamplingParams
+
+    path = ensure_profile(model, tiny_checkpoint, threads=torch.get_num_threads(), grid=TINY_GRID,
+                          announce=lambda _: None)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="specactor", drafters=["ngram"], transport="inproc",
+                          processes=False, max_batch=2, max_len=64, profile=None)
+    async with RolloutEngine(config) as engine:
+        await engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4, seed=0))
+    used = [e for e in events_file() if e["event"] == "policy.profile" and e.get("actor") == "policy"]
+    assert [e["path"] for e in used] == [str(path)]
