@@ -531,7 +531,7 @@ class FastestOfN:
                 new_fed = fed - old_fed + trial_fed
                 new_step = self.cost.step_s(batch, new_fed, trial_drafting, self.decoupled, rows)
                 new_total = total - progress[rid] + gain_progress
-                if new_total / new_step <= total / step:
+                if new_total / new_step <= (1 + self.min_gain) * total / step:  # racing must pay, as speculating must
                     continue
                 trial.reason += f"; tail: racing {'+'.join(trial.methods)} ({left})"
                 plan[rid] = choice = trial

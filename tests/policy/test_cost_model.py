@@ -98,3 +98,25 @@ def test_large_batch_with_a_weak_matcher_turns_speculation_off() -> None:
     for _ in range(20):
         small.observe("r", "ngram", 4, 3)
     assert small.plan(1)["r"].methods == ["ngram"]
+
+
+def test_a_noisy_profile_is_made_non_decreasing_before_use(tmp_path) -> None:
+    """Measured on a noisy 2-core machine: batch 8 decoding slower than batch 16, and 2 tokens a
+    row cheaper than 1. Left as is, the policy would verify drafts for less than a decode step."""
+    import json
+
+    from specactor.policy.cost_model import CostModel, monotone
+
+    noisy = [[0.083, 0.086, 0.090], [0.180, 0.165, 0.222], [0.153, 0.249, 0.389], [0.259, 0.384, 0.569]]
+    fitted = monotone(noisy)
+    for row in fitted:
+        assert row == sorted(row)
+    for c in range(3):
+        column = [row[c] for row in fitted]
+        assert column == sorted(column)
+    assert fitted[1][0] == fitted[2][0] == pytest.approx((0.180 + 0.153) / 2)  # pooled, not max'ed
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"batch_sizes": [1, 8, 16, 32], "chunk_lens": [1, 2, 4], "forward_s": noisy}))
+    model = CostModel.from_profile(path)
+    assert model.verify_s(8, 2) >= model.verify_s(8, 1)
+    assert model.verify_s(16, 1) >= model.verify_s(8, 1)
