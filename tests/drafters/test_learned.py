@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 from specactor.drafters.base import DraftState
@@ -115,3 +117,24 @@ def test_its_drafts_never_change_the_output(target, temperature: float) -> None:
         verifier.step()
     assert drafted > 0
     assert [s.output_ids for s in seqs] == [s.output_ids for s in plain]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**62), position=st.integers(0, 5000), temperature=st.sampled_from([0.0, 0.7, 1.0]),
+       kept=st.integers(2, 200))
+def test_sampling_over_its_vocabulary_is_the_targets_rule_restricted_to_it(target, seed, position, temperature,
+                                                                          kept) -> None:
+    """The drafter's token is what the target's sampler picks when every other token is ruled out."""
+    from specactor.verifier.sampler import SamplingBatch, sample
+
+    drafter = LearnedDrafter(target, layers=1, vocab=256, max_slots=2, max_len=64)
+    generator = torch.Generator().manual_seed(seed % 1000)
+    vocab = torch.randperm(256, generator=generator)[:kept].sort().values
+    drafter.model.vocab = vocab
+    logits = torch.randn(2, kept, generator=generator)
+    states = [DraftState("a", [1], seed=seed, temperature=temperature),
+              DraftState("b", [1], seed=seed + 1, temperature=temperature)]
+    full = torch.full((2, 256), float("-inf"))
+    full[:, vocab] = logits
+    expected, _ = sample(full, SamplingBatch.build([(temperature, 0, 1.0, s.seed, position) for s in states]))
+    assert drafter._sample(logits, states, [position, position]) == expected.tolist()
