@@ -36,6 +36,16 @@ from specactor.verifier.config import ModelConfig  # noqa: E402
 from specactor.verifier.model import CausalLM  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _packaged_cost_profile() -> Iterator[None]:
+    """Every engine a test starts (daemons included) decides on the packaged cost profile: the same
+    decisions on every machine, and no start-up spent measuring this one (tests/policy/test_profiling.py
+    covers that path on a tiny model)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECACTOR_PROFILE", "packaged")
+        yield
+
+
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A cache dir holding the converted default model (converted once per session)."""
