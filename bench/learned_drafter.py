@@ -20,7 +20,7 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -102,6 +102,7 @@ def layer_skip(target_folder: Path, layers: int) -> ModelDrafter:
     """Self-drafting with the target's first ``layers`` layers, its final norm and head (untrained)."""
     model = load_causal_lm(target_folder)
     model.layers = model.layers[:layers]
+    model.cfg = replace(model.cfg, num_layers=layers)  # the drafter's KV cache: those layers only
     model.pack()
     return ModelDrafter(model, max_slots=64, max_len=2048)
 

@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Sequence as Seq
 from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem
 from specactor.config import EngineConfig  # noqa: F401  (importable from here too, as before)
+from specactor.drafters.registry import MODEL_METHODS
 from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.models import DEFAULT_MODEL
@@ -159,10 +160,10 @@ class RolloutEngine:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a
             # process of its own sets torch's thread count: it is global to the process, and the
             # caller's (an RL loop training in this process) must stay as it is.
-            own_process = cfg.processes and method in ("model", "learned")
+            own_process = cfg.processes and method in MODEL_METHODS
             kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
                       "threads": cfg.drafter_threads if own_process else None}
-            if method in ("model", "learned"):  # sized like the verifier: it drafts for every running request
+            if method in MODEL_METHODS:  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
                                              "max_len": cfg.max_len + cfg.window}
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
@@ -243,7 +244,7 @@ class RolloutEngine:
     def _weight_holders(self) -> list[str]:
         """Actors that hold a copy of the policy's weights: the verifier, a model drafter, and a
         learned drafter (which retrains on the rollouts when the policy changes)."""
-        return ["verifier"] + [f"draft-{m}" for m in ("model", "learned") if m in self.config.active_drafters]
+        return ["verifier"] + [f"draft-{m}" for m in MODEL_METHODS if m in self.config.active_drafters]
 
     async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,
                              in_flight: str = "finish", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

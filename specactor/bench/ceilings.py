@@ -31,8 +31,6 @@ which plan won.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -154,13 +152,6 @@ def pool_acceptance(samples: Iterable[Mapping[str, Any]]) -> dict[str, Acceptanc
 # ---------------------------------------------------------------------------- simulation
 
 
-@functools.cache
-def _prices_rows(kind: type) -> bool:
-    """Whether this kind of cost model prices a step by how many rows verify drafts (a profile
-    with a one-row table: a few drafting rows cost less than the same tokens spread over all)."""
-    return "rows" in inspect.signature(kind.step_s).parameters
-
-
 def step_s(cost: CostModel, batch: int, configs: Iterable[Config], decoupled: bool, free: bool) -> float:
     """One verify iteration for these choices, on the cost model (``free``: drafting costs nothing).
     A row that drafts on a share q of the steps counts as q drafting rows (the expectation)."""
@@ -172,9 +163,7 @@ def step_s(cost: CostModel, batch: int, configs: Iterable[Config], decoupled: bo
             if not free:
                 n, w = drafting.get(c.method, (0, 0))
                 drafting[c.method] = (n + 1, max(w, c.window))
-    if _prices_rows(type(cost)):
-        return cost.step_s(batch, fed, drafting, decoupled, rows=rows)
-    return cost.step_s(batch, fed, drafting, decoupled)
+    return cost.step_s(batch, fed, drafting, decoupled, rows=rows)
 
 
 def simulate(lengths: list[int], plan: Plan, cost: CostModel, decoupled: bool = True, free: bool = False,

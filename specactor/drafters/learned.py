@@ -10,14 +10,14 @@ features.
 
 The network
     A Llama of ``layers`` layers (default 2) at the target's width. Its
-    embedding is the target's, frozen; its layers start as copies of target
-    layers (the first and the last: the last one's output is what the final
-    norm and head expect); its final norm is the target's. Its head covers a
+    embedding is the target's, frozen; its layers start as copies of the
+    target's first layers (early exit: the target's final norm and head read
+    them from the start); its final norm is the target's. Its head covers a
     truncated vocabulary, the ``vocab`` tokens the policy emits most often in
     the rollouts seen so far (FR-Spec's observation: a few thousand tokens
     carry nearly all of the probability mass of one kind of text), initialised
-    from the target's tied head rows. For the default model this costs
-    about 1/10 of a target decode step per drafted token (bench/learned_drafter.py).
+    from the target's tied head rows. ``bench/learned_drafter.py`` measures its
+    cost per drafted token against a target decode step.
 
 Training (:func:`distil`)
     On the committed tokens of finished requests (``RolloutBuffer``: the most
@@ -56,7 +56,7 @@ from specactor.verifier.config import rope_inv_freq
 from specactor.verifier.model import CausalLM, apply_rope, rms_norm
 from specactor.verifier.sampler import _as_i32, _gumbel_rows, _token_key, row_keys
 
-#: Layers of the target the student's layers start from (first and last).
+#: The student's depth: it starts as the target's first layers.
 DEFAULT_LAYERS = 2
 DEFAULT_VOCAB = 4096
 
@@ -116,16 +116,15 @@ def frequent_vocab(buffer: RolloutBuffer, size: int, always: Iterable[int] = ())
 
 
 def build_student(target: CausalLM, layers: int = DEFAULT_LAYERS, vocab: list[int] | None = None) -> CausalLM:
-    """A ``layers``-layer copy of ``target`` (its first layers and its last) with a head over ``vocab``."""
+    """A copy of ``target``'s first ``layers`` layers (embedding, final norm) with a head over ``vocab``."""
     if not 1 <= layers <= target.cfg.num_layers:
         raise ValueError(f"layers must be in 1..{target.cfg.num_layers}, got {layers}")
-    picked = list(range(layers))
     student = CausalLM(replace(target.cfg, num_layers=layers, tie_word_embeddings=False))
     with torch.no_grad():
         student.embed.weight.copy_(target.embed.weight)
         student.norm.copy_(target.norm)
-        for mine, theirs in zip(student.layers, picked):
-            mine.load_state_dict(_dense_layer_state(target.layers[theirs]))
+        for mine, theirs in zip(student.layers, target.layers):
+            mine.load_state_dict(_dense_layer_state(theirs))
     set_head_vocab(student, target.embed.weight if target.cfg.tie_word_embeddings else _dense(target.lm_head),
                    vocab or list(range(target.cfg.vocab_size)))
     return student.float()
@@ -260,8 +259,7 @@ class LearnedDrafter(ModelDrafter):
         return bool(self.reports)
 
     def _drafting_copy(self) -> CausalLM:
-        model = copy.deepcopy(self.student).eval()
-        model.vocab = self.student.vocab  # type: ignore[attr-defined]
+        model = copy.deepcopy(self.student).eval()  # keeps ``vocab``
         model.pack()
         return model
 
@@ -284,10 +282,7 @@ class LearnedDrafter(ModelDrafter):
         report = distil(self.student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s)
         self.trained_on = self.buffer.added
         self.reports.append(report)
-        self.model = self._drafting_copy()
-        for slot in range(len(self._ids)):  # cached K/V came from the old student
-            self._cached[slot] = []
-            self.cache.lengths[slot] = 0
+        self.use_model(self._drafting_copy())
         return report
 
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
@@ -305,10 +300,7 @@ class LearnedDrafter(ModelDrafter):
         if len(self.buffer):
             self.train()
         else:
-            self.model = self._drafting_copy()
-
-    def save(self, path: str | Path) -> None:
-        torch.save({"state": self.student.state_dict(), "vocab": self.student.vocab}, path)  # type: ignore[attr-defined]
+            self.use_model(self._drafting_copy())
 
     # ------------------------------------------------------------------ drafting
 

@@ -165,7 +165,12 @@ class ModelDrafter:
         fresh = CausalLM(self.model.cfg)
         checked_update(fresh, state)
         fresh.load_hf_state_dict(state)
-        self.model = as_draft_model(fresh.eval(), self.quant).to(self.device)
+        self.use_model(as_draft_model(fresh.eval(), self.quant).to(self.device))
+
+    def use_model(self, model: CausalLM) -> None:
+        """Draft with ``model`` from now on; every cached context (the old model's K/V) is
+        recomputed on its next proposal."""
+        self.model = model
         for slot in range(len(self._ids)):
             self._cached[slot] = []
             self.cache.lengths[slot] = 0

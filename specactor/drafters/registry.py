@@ -8,6 +8,10 @@ from specactor.drafters.base import Drafter
 
 METHODS = ("ngram", "suffix", "model", "learned")
 
+#: Methods that run a model: each gets a process of its own, is sized like the verifier (it drafts
+#: for every running request) and holds a copy of the policy's weights, updated between RL steps.
+MODEL_METHODS = ("model", "learned")
+
 
 def make_drafter(method: str, model: str | None = None, options: dict[str, Any] | None = None) -> Drafter:
     """Build the drafter called ``method``; ``model`` is the target model name or path."""

@@ -367,21 +367,7 @@ class FastestOfN:
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:
         what the methods of a request are ranked by."""
-        b = steps.batch
-        best = (0, 1.0 / steps.decode if steps.decode > 0 else 0.0)
-        per_token = self.cost.draft_s(method, b)
-        memo = steps.memo
-        for w in range(1, self.max_window + 1):
-            fed = b * (1 + q * w)
-            verify = memo.get(fed)
-            if verify is None:
-                verify = memo[fed] = steps.verify(fed)
-            drafting = w * per_token
-            latency = max(verify, drafting) if self.decoupled else verify + drafting
-            speed = (1.0 + q * (expected_progress(p, w) - 1.0)) / latency if latency > 0 else 0.0
-            if speed > best[1] * (1 + 1e-9):
-                best = (w, speed)
-        return best
+        return steps.best_window(p, self.cost.draft_s(method, steps.batch), q, self.max_window, self.decoupled)
 
     def _decoupled(self, p: float, method: str, batch: int, window: int, steps: StepCosts) -> bool:
         """Decoupled unless drafting costs real time and most of the lookahead would be thrown

@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from itertools import accumulate
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -88,16 +89,8 @@ def monotone(table: list[list[float]]) -> list[list[float]]:
     153 ms, and 2 tokens a row at batch 8 in 165 ms), and a policy that believes it verifies
     drafts for less than a decode step. Each batch column is fitted isotonically, then each
     row is made non-decreasing in chunk length."""
-    columns = [_isotonic([row[c] for row in table]) for c in range(len(table[0]))] if table else []
-    rows = [[columns[c][b] for c in range(len(columns))] for b in range(len(table))]
-    out = []
-    for row in rows:
-        fixed, top = [], 0.0
-        for t in row:
-            top = max(top, t)
-            fixed.append(top)
-        out.append(fixed)
-    return out
+    columns = [_isotonic(list(column)) for column in zip(*table)]
+    return [list(accumulate(row, max)) for row in zip(*columns)]
 
 
 @dataclass
@@ -173,6 +166,30 @@ class StepCosts:
         if r < 1.0:  # a row that drafts on a share of the steps only: the expectation
             return self.decode + r * (one - self.decode)
         return one + (r - 1.0) / (b - 1.0) * (_interp(self.chunks, self.uniform, chunk) - one)
+
+    def tokens_per_s(self, p: float, window: int, draft_per_token_s: float, draft_rate: float,
+                     decoupled: bool) -> float:
+        """Predicted speed of one request when every row of the batch drafts ``window`` tokens
+        on a share ``draft_rate`` of the steps at acceptance ``p`` (see :meth:`CostModel.tokens_per_s`)."""
+        q = min(max(draft_rate, 0.0), 1.0)
+        fed = self.batch * (1 + q * window)
+        verify = self.memo.get(fed)
+        if verify is None:
+            verify = self.memo[fed] = self.verify(fed)
+        drafting = window * draft_per_token_s
+        latency = max(drafting, verify) if decoupled else drafting + verify
+        progress = 1.0 + q * (expected_progress(p, window) - 1.0)
+        return progress / latency if latency > 0 else 0.0
+
+    def best_window(self, p: float, draft_per_token_s: float, draft_rate: float, max_window: int,
+                    decoupled: bool) -> tuple[int, float]:
+        """The window (0 = no speculation) maximising :meth:`tokens_per_s`, and that speed."""
+        best = (0, self.tokens_per_s(p, 0, draft_per_token_s, draft_rate, decoupled))
+        for w in range(1, max_window + 1):
+            speed = self.tokens_per_s(p, w, draft_per_token_s, draft_rate, decoupled)
+            if speed > best[1] * (1 + 1e-9):
+                best = (w, speed)
+        return best
 
 
 @dataclass
@@ -294,19 +311,9 @@ class CostModel:
         (prompt lookup and suffix matching propose only where they find a match): the
         other steps cost and gain what plain decoding does.
         """
-        q = min(max(draft_rate, 0.0), 1.0)
-        verify = self.verify_s(batch, 1 + q * window)
-        drafting = window * self.draft_s(method, batch)
-        latency = max(drafting, verify) if decoupled else drafting + verify
-        progress = 1.0 + q * (expected_progress(p, window) - 1.0)
-        return progress / latency if latency > 0 else 0.0
+        return self.at_batch(batch).tokens_per_s(p, window, self.draft_s(method, batch), draft_rate, decoupled)
 
     def best_window(self, p: float, method: str, batch: int, decoupled: bool,
                     max_window: int = 8, draft_rate: float = 1.0) -> tuple[int, float]:
         """The window (0 = no speculation) maximising predicted tokens/s, and that speed."""
-        best = (0, self.tokens_per_s(p, 0, method, batch, decoupled))
-        for w in range(1, max_window + 1):
-            speed = self.tokens_per_s(p, w, method, batch, decoupled, draft_rate)
-            if speed > best[1] * (1 + 1e-9):
-                best = (w, speed)
-        return best
+        return self.at_batch(batch).best_window(p, self.draft_s(method, batch), draft_rate, max_window, decoupled)

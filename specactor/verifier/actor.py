@@ -363,7 +363,8 @@ class VerifyActor(Actor):
                                                         batch_size=report.batch_size))
         for seq in report.finished:
             await self._result(seq)
-        done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)]
+        done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)] \
+            if self.learners else []
         if done:
             rollouts = p.Rollouts(prompts=[seq.prompt_ids for seq in done], outputs=[seq.output_ids for seq in done])
             for learner in self.learners:
