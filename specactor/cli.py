@@ -115,7 +115,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     fields: dict = {k: v for k, v in {
         "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
-        "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
+        "repeats": args.repeats, "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
         "modes": None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         "out": args.out}.items() if v is not None}
     start = time.perf_counter()
@@ -161,6 +161,10 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                        help="cap per sample; EOS may end a sample earlier (default 768; quick 40)")
     bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0)")
     bench.add_argument("--epochs", type=positive_int, default=None, help="rollout epochs (default 2)")
+    bench.add_argument("--repeats", type=positive_int, default=None,
+                       help="run every mode this many times, interleaved, and report the median run and each "
+                            "repeat's paired speedup (default 1; use 3 to judge differences under ~10%%: a "
+                            "small machine's speed drifts by that much within minutes)")
     bench.add_argument("--modes", default=None,
                        help="comma-separated, autoregressive first (default: autoregressive,specactor; also "
                             "transformers, transformers+pld, coupled ngram, coupled suffix, vllm)")

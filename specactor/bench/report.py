@@ -89,6 +89,22 @@ def _detail_table(rows: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def _repeat_notes(rows: dict[str, list[dict]]) -> list[str]:
+    """Each repeat's makespan and its paired speedup (against autoregressive in the same repeat)."""
+    lines = []
+    for mode, runs in rows.items():
+        for run in runs:
+            pairs = run.get("repeats_s") or []
+            if len(pairs) < 2 or mode == "autoregressive":
+                continue
+            ratios = sorted(base / own for own, base in pairs)
+            lines.append(f"- {mode}, epoch {run['epoch'] + 1}, {len(pairs)} interleaved repeats: makespans "
+                         + ", ".join(f"{own:.1f} s" for own, _ in pairs) + "; paired speedups "
+                         + ", ".join(f"{base / own:.2f}x" for own, base in pairs)
+                         + f" (median {ratios[(len(ratios) - 1) // 2]:.2f}x, worst {ratios[0]:.2f}x)")
+    return lines
+
+
 def _ceiling_notes(ceilings: dict[int, dict]) -> list[str]:
     lines = []
     for epoch, c in sorted(ceilings.items()):
@@ -104,12 +120,20 @@ def _ceiling_notes(ceilings: dict[int, dict]) -> list[str]:
     return lines
 
 
+def _repeats_line(repeats: int) -> str:
+    if repeats < 2:
+        return "One run per mode: on a machine whose speed drifts, ratios below ~10% are noise. "
+    return (f"Every mode ran {repeats} times, interleaved; the tables show, per mode and epoch, the run with "
+            f"the median makespan, and the notes each repeat's speedup against autoregressive in the same repeat. ")
+
+
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
              f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {w['epochs']} epoch(s); "
              f"epoch 2 runs after one real GRPO step, with epoch 1's samples in the drafters' history. "
+             f"{_repeats_line(w.get('repeats', 1))}"
              f"Whole bench: {report['wall_s']} s.", "",
              "Speed: per epoch and over all epochs (all), the makespan and its two phases: phase 1 lasts until "
              "half of the samples have finished (large batch), phase 2 is the rest (the tail); each run "
@@ -131,7 +155,7 @@ def markdown(report: dict[str, Any]) -> str:
             continue
         ceilings = _ceilings(report, temperature)
         lines += [f"## Temperature {temperature:g}", "", *_speed_table(rows, ceilings), "",
-                  *_ceiling_notes(ceilings), "", *_detail_table(rows), ""]
+                  *_repeat_notes(rows), *_ceiling_notes(ceilings), "", *_detail_table(rows), ""]
     stats = report.get("update")
     if stats:
         lines.append(f"- policy update before epoch 2 (one GRPO step on epoch 1's prompts sampled at T=1): mean "

@@ -64,6 +64,7 @@ class BenchOptions:
     max_tokens: int = 768
     temperatures: tuple[float, ...] = (1.0, 0.0)
     epochs: int = 2
+    repeats: int = 1  # every mode again, interleaved: a 2-core machine drifts by 10% within minutes
     modes: tuple[str, ...] = DEFAULT_MODES
     out: str = "bench/results/suite"
     lr: float = 2e-6
@@ -138,7 +139,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                    "dtype": opts.engine.dtype, "verifier_threads": opts.engine.verifier_threads,
                    "k": opts.engine.k, "window": opts.engine.window},
         "workload": {"prompts": opts.prompts, "n": opts.n, "max_tokens": opts.max_tokens, "epochs": opts.epochs,
-                     "temperatures": list(opts.temperatures)},
+                     "temperatures": list(opts.temperatures), "repeats": opts.repeats},
         "runs": [], "ceilings": [], "update": None, "skipped": {}}
     cost = CostModel.from_profile(opts.engine.profile)
     why_no_vllm = vllm_available()
@@ -149,35 +150,14 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         progress(f"policy update for epoch 2: mean test reward {stats['mean_test_reward']:.3f}, "
                  f"{int(stats['samples'])} samples with advantage, grad norm {stats['grad_norm']:.3f}")
     for temperature in opts.temperatures:
-        baseline: list[RunRecord] = []
-        by_mode: dict[str, list[RunRecord]] = {}
-        for name in opts.modes:
-            if name == "vllm" and why_no_vllm:
-                report["skipped"]["vllm"] = why_no_vllm
-                progress(f"vllm skipped: {why_no_vllm}")
-                continue
-            progress(f"T={temperature:g} {name} ...")
-            events = None
-            if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
-                # the policy's and verifier's decisions, for `specactor events summarize`
-                Path(opts.out).mkdir(parents=True, exist_ok=True)
-                events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
-                Path(events).unlink(missing_ok=True)
-            records = run_mode(MODES[name], work, temperature, update, events)
-            by_mode[name] = records
-            if name == "autoregressive":
-                baseline = records
-            comparable = MODES[name].kind == "engine" or temperature == 0
-            for record, reference in zip(records, baseline):
-                # over the samples this mode ran (transformers+pld runs a subset)
-                record.differing = sum(v != reference.outputs.get(k) for k, v in record.outputs.items()) \
-                    if comparable else None
-                phase1, phase2 = record.phases
-                progress(f"  epoch {record.epoch + 1}: {record.makespan_s:.2f} s (phase 1 {phase1:.2f} s, "
-                         f"phase 2 {phase2:.2f} s), {record.tokens_per_s:.1f} tok/s, capped {record.capped}, "
-                         f"peak {record.peak_mb:.0f} MB, differing {record.differing}")
-                report["runs"].append(record.summary())
-            release_freed_memory()
+        repeats: list[dict[str, list[RunRecord]]] = []
+        for repeat in range(opts.repeats):
+            repeats.append(_run_modes(opts, work, temperature, update, why_no_vllm, report, progress,
+                                      f" (repeat {repeat + 1}/{opts.repeats})" if opts.repeats > 1 else ""))
+        by_mode = median_runs(repeats)
+        for records in by_mode.values():
+            report["runs"].extend(record.summary() | {"repeats_s": record_repeats(repeats, record)}
+                                  for record in records)
         for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens):
             report["ceilings"].append(epoch_ceilings)
             progress(f"T={temperature:g} epoch {epoch_ceilings['epoch'] + 1} ceilings (x vs autoregressive): "
@@ -186,6 +166,67 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                      f"{epoch_ceilings['perfect']['speedup']:.2f}x (scale {epoch_ceilings['scale']:.2f})")
     report["wall_s"] = round(time.perf_counter() - started, 1)
     return report
+
+
+def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: dict | None, why_no_vllm: str,
+               report: dict[str, Any], progress: Any, label: str) -> dict[str, list[RunRecord]]:
+    """Every mode once at ``temperature``, autoregressive first; outputs compared with its."""
+    baseline: list[RunRecord] = []
+    by_mode: dict[str, list[RunRecord]] = {}
+    for name in opts.modes:
+        if name == "vllm" and why_no_vllm:
+            report["skipped"]["vllm"] = why_no_vllm
+            continue
+        progress(f"T={temperature:g} {name}{label} ...")
+        events = None
+        if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
+            # the policy's and verifier's decisions, for `specactor events summarize` (the last repeat's)
+            Path(opts.out).mkdir(parents=True, exist_ok=True)
+            events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
+            Path(events).unlink(missing_ok=True)
+        records = run_mode(MODES[name], work, temperature, update, events)
+        by_mode[name] = records
+        if name == "autoregressive":
+            baseline = records
+        comparable = MODES[name].kind == "engine" or temperature == 0
+        for record, reference in zip(records, baseline):
+            # over the samples this mode ran (transformers+pld runs a subset)
+            record.differing = sum(v != reference.outputs.get(k) for k, v in record.outputs.items()) \
+                if comparable else None
+            phase1, phase2 = record.phases
+            progress(f"  epoch {record.epoch + 1}: {record.makespan_s:.2f} s (phase 1 {phase1:.2f} s, "
+                     f"phase 2 {phase2:.2f} s), {record.tokens_per_s:.1f} tok/s, capped {record.capped}, "
+                     f"peak {record.peak_mb:.0f} MB, differing {record.differing}")
+        release_freed_memory()
+    return by_mode
+
+
+def median_runs(repeats: list[dict[str, list[RunRecord]]]) -> dict[str, list[RunRecord]]:
+    """Per mode and epoch, the repeat whose makespan is the median (the lower one of an even
+    count): a whole run, so its phases still add up to its makespan. Its ``differing`` is the
+    most any repeat had: one differing sample anywhere must show."""
+    out: dict[str, list[RunRecord]] = {}
+    for name in repeats[0]:
+        epochs = []
+        for epoch in range(len(repeats[0][name])):
+            runs = sorted((r[name][epoch] for r in repeats if name in r), key=lambda rec: rec.makespan_s)
+            chosen = runs[(len(runs) - 1) // 2]
+            differing = [r.differing for r in runs if r.differing is not None]
+            chosen.differing = max(differing) if differing else None
+            epochs.append(chosen)
+        out[name] = epochs
+    return out
+
+
+def record_repeats(repeats: list[dict[str, list[RunRecord]]], record: RunRecord) -> list[list[float]]:
+    """[makespan, autoregressive's makespan in the same repeat] of every repeat of ``record``'s
+    mode and epoch, in the order they ran: the paired ratios that the machine's drift spares."""
+    pairs = []
+    for r in repeats:
+        runs, base = r.get(record.mode), r.get("autoregressive")
+        if runs and base and record.epoch < len(runs):
+            pairs.append([round(runs[record.epoch].makespan_s, 3), round(base[record.epoch].makespan_s, 3)])
+    return pairs
 
 
 def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,

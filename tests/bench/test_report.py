@@ -83,3 +83,26 @@ def test_from_samples_and_the_suite_agree() -> None:
     by_run = {r["mode"]: r["per_sample"] for r in report["runs"] if r["epoch"] == 0 and not r["note"]}
     again = from_samples(by_run, _cost(), 10.0)
     assert again["oracle"] == report["ceilings"][0]["oracle"]
+
+
+def test_repeats_report_the_median_run_and_every_paired_speedup() -> None:
+    from specactor.bench.suite import median_runs, record_repeats
+
+    lengths = [20, 40, 60, 200]
+    makespans = [(10.0, 9.0), (12.0, 13.0), (11.0, 10.0)]  # (autoregressive, specactor) per repeat
+    repeats = [{"autoregressive": [_record("autoregressive", 0, [1.0, 2.0, 3.0, ar], lengths)],
+                "specactor": [_record("specactor", 0, [1.0, 2.0, 3.0, spec], lengths)]} for ar, spec in makespans]
+    repeats[2]["specactor"][0].differing = 1  # one repeat differed: the median row must say so
+    chosen = median_runs(repeats)
+    assert chosen["autoregressive"][0].makespan_s == 11.0 and chosen["specactor"][0].makespan_s == 10.0
+    assert chosen["specactor"][0].differing == 1
+    pairs = record_repeats(repeats, chosen["specactor"][0])
+    assert pairs == [[9.0, 10.0], [13.0, 12.0], [10.0, 11.0]]
+    report = _report()
+    report["workload"]["repeats"] = 3
+    report["runs"] = [chosen[mode][0].summary() | {"repeats_s": record_repeats(repeats, chosen[mode][0])}
+                      for mode in ("autoregressive", "specactor")]
+    table = markdown(report)
+    assert "3 interleaved repeats: makespans 9.0 s, 13.0 s, 10.0 s" in table
+    assert "paired speedups 1.11x, 0.92x, 1.10x (median 1.10x, worst 0.92x)" in table
+    assert "ran 3 times, interleaved" in table
