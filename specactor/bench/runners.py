@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -18,6 +18,10 @@ from specactor.bench.measure import Clock, PeakMemory, RunRecord
 from specactor.config import EngineConfig
 from specactor.protocol import SamplingParams
 from specactor.seeds import sample_request_id, sample_seed
+
+
+#: the weights to load before epoch 2, given the mode's first-epoch record (see bench/update.py)
+Updater = Callable[[RunRecord], "dict[str, torch.Tensor]"]
 
 
 @dataclass
@@ -65,7 +69,7 @@ class Mode:
 
 
 async def run_engine(mode: Mode, work: Workload, temperature: float,
-                     update: dict[str, torch.Tensor] | None, events: str | None = None) -> list[RunRecord]:
+                     update: Updater | None, events: str | None = None) -> list[RunRecord]:
     """Our engine, verifier in its own process; epochs on one engine, so drafters keep their history."""
     from specactor.coordinator import RolloutEngine
 
@@ -77,7 +81,8 @@ async def run_engine(mode: Mode, work: Workload, temperature: float,
     async with RolloutEngine(config) as engine:
         for epoch in range(work.epochs):
             if epoch and update is not None:
-                await engine.update_weights(update)
+                # made on first use (minutes of GRPO): off the event loop, so the actors' heartbeats go on
+                await engine.update_weights(await asyncio.to_thread(update, records[0]))
             record = RunRecord(mode.name, temperature, epoch)
             with PeakMemory() as memory:
                 clock = Clock()
@@ -120,7 +125,7 @@ def _trim(tokens: list[int], eos: set[int]) -> list[int]:
 
 
 def run_transformers(mode: Mode, work: Workload, temperature: float,
-                     update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+                     update: Updater | None) -> list[RunRecord]:
     """transformers ``generate``: plain, batched with left padding (all samples at once, as a user
     would); with prompt lookup one sample at a time (transformers allows no batch there), on the
     mode's subset of the prompts."""
@@ -137,7 +142,7 @@ def run_transformers(mode: Mode, work: Workload, temperature: float,
     records = []
     for epoch in range(work.epochs):
         if epoch and update is not None:
-            hf.load_state_dict(update, strict=False)
+            hf.load_state_dict(update(records[0]), strict=False)
         record = RunRecord(mode.name, temperature, epoch, note=mode.note(work))
         torch.manual_seed(work.seed(epoch))
         with PeakMemory() as memory, torch.no_grad():
@@ -177,7 +182,7 @@ def vllm_available() -> str | None:
 
 
 def run_vllm(mode: Mode, work: Workload, temperature: float,
-             update: dict[str, torch.Tensor] | None) -> list[RunRecord]:
+             update: Updater | None) -> list[RunRecord]:
     """vLLM's offline engine on the same prompts (its sampler differs: no token identity).
     Not exercised on the CPU machines this project is developed on."""
     import vllm
@@ -187,7 +192,7 @@ def run_vllm(mode: Mode, work: Workload, temperature: float,
     records = []
     for epoch in range(work.epochs):
         if epoch and update is not None:
-            llm.collective_rpc("load_weights", kwargs={"weights": list(update.items())})
+            llm.collective_rpc("load_weights", kwargs={"weights": list(update(records[0]).items())})
         params = [vllm.SamplingParams(temperature=temperature, max_tokens=work.max_tokens,
                                       seed=sample_seed(work.seed(epoch), rid, s)) for rid in work.request_ids()
                   for s in range(work.n)]
@@ -209,7 +214,7 @@ def run_vllm(mode: Mode, work: Workload, temperature: float,
 
 
 def run_mode(mode: Mode, work: Workload, temperature: float,
-             update: dict[str, torch.Tensor] | None, events: str | None = None) -> list[RunRecord]:
+             update: Updater | None, events: str | None = None) -> list[RunRecord]:
     """Every epoch of ``mode``; ``events``: where our engine writes its event log."""
     if mode.kind == "engine":
         return asyncio.run(run_engine(mode, work, temperature, update, events))

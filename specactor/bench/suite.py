@@ -32,11 +32,11 @@ import torch
 from specactor.bench.ceilings import from_samples
 from specactor.bench.measure import RunRecord
 from specactor.bench.runners import Mode, Workload, run_mode, vllm_available
+from specactor.bench.update import PolicyUpdate
 from specactor.config import EngineConfig
 from specactor.memory import release_freed_memory
 from specactor.policy.cost_model import CostModel
 
-LENGTH_PENALTY = 0.05  # reward per sample: test reward - 0.05 * (tokens / max_tokens)
 
 MODES: dict[str, Mode] = {
     "autoregressive": Mode("autoregressive", "engine", "autoregressive"),
@@ -91,39 +91,6 @@ def build_workload(opts: BenchOptions) -> Workload:
                     opts.engine)
 
 
-def policy_update(work: Workload, lr: float) -> tuple[dict, dict]:
-    """The update every mode loads before epoch 2, made once before anything is timed: epoch 1's
-    prompts sampled at T=1 (autoregressive; what every lossless mode returns), rewarded by the
-    HumanEval tests with a small length penalty (so that groups whose tests all fail still
-    differ and the step is real), then one GRPO step."""
-    import asyncio
-
-    from specactor.protocol import SamplingParams
-    from specactor.rl.grpo import GRPOTrainer, Sample
-    from specactor.rl.reward import score
-    from specactor.tokenizer import Tokenizer
-    from specactor.verifier.engine import Engine, sample_sequences
-    from specactor.verifier.weights import load_causal_lm
-
-    base = work.seed(0)
-    seqs = sample_sequences(work.prompt_ids, SamplingParams(temperature=1.0, max_tokens=work.max_tokens, n=work.n,
-                                                            seed=base), work.request_ids())
-    Engine(load_causal_lm(work.folder), max_batch=len(seqs),
-           max_len=max(map(len, work.prompt_ids)) + work.max_tokens, eos_token_ids=work.eos).run(seqs)
-    tok = Tokenizer(work.folder)
-    tests = asyncio.run(score([tok.decode(s.output_ids) for s in seqs], [p for p in work.problems
-                                                                           for _ in range(work.n)]))
-    rewards = [t - LENGTH_PENALTY * len(s.output_ids) / work.max_tokens for t, s in zip(tests, seqs)]
-    samples = [Sample(s.prompt_ids, s.output_ids, r) for s, r in zip(seqs, rewards)]
-    trainer = GRPOTrainer(work.folder, lr=lr)
-    stats = trainer.step([samples[i:i + work.n] for i in range(0, len(samples), work.n)])
-    state = {k: v.clone() for k, v in trainer.state_dict().items()}
-    del trainer
-    release_freed_memory()
-    return state, {"mean_test_reward": sum(tests) / len(tests), "mean_reward": sum(rewards) / len(rewards),
-                   **stats}
-
-
 def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
     unknown = [m for m in opts.modes if m not in MODES]
     if unknown:
@@ -143,12 +110,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         "runs": [], "ceilings": [], "update": None, "skipped": {}}
     cost = CostModel.from_profile(opts.engine.profile)
     why_no_vllm = vllm_available()
-    update = None
-    if opts.epochs > 1:
-        update, stats = policy_update(work, opts.lr)
-        report["update"] = stats
-        progress(f"policy update for epoch 2: mean test reward {stats['mean_test_reward']:.3f}, "
-                 f"{int(stats['samples'])} samples with advantage, grad norm {stats['grad_norm']:.3f}")
+    update = PolicyUpdate(work, opts.lr, progress) if opts.epochs > 1 else None
     for temperature in opts.temperatures:
         repeats: list[dict[str, list[RunRecord]]] = []
         for repeat in range(opts.repeats):
@@ -164,11 +126,12 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                      f"oracle {epoch_ceilings['oracle']['speedup']:.2f}x, zero-cost "
                      f"{epoch_ceilings['zero_cost']['speedup']:.2f}x, perfect "
                      f"{epoch_ceilings['perfect']['speedup']:.2f}x (scale {epoch_ceilings['scale']:.2f})")
+    report["update"] = update.stats if update is not None else None
     report["wall_s"] = round(time.perf_counter() - started, 1)
     return report
 
 
-def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: dict | None, why_no_vllm: str,
+def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: PolicyUpdate | None, why_no_vllm: str,
                report: dict[str, Any], progress: Any, label: str) -> dict[str, list[RunRecord]]:
     """Every mode once at ``temperature``, autoregressive first; outputs compared with its."""
     baseline: list[RunRecord] = []
