@@ -111,6 +111,10 @@ class _Request:
     draft_rates: dict[str, float] = field(default_factory=dict)  # share of steps with a draft, per method
     explore_at: int = 0  # plan round from which the request may explore again
     explore_gap: int = 0  # rounds to wait after its next exploration (doubles while they find nothing)
+    drafts_seen: int = 0  # verified drafts of any method
+    exploring: tuple[str, int] = ("", 0)  # (method, window) of an exploration still awaiting its first draft
+    explore_seen: int = 0  # drafts_seen when it began
+    explore_deadline: int = 0  # steps by which it gives up waiting
 
 
 class FastestOfN:
@@ -121,7 +125,7 @@ class FastestOfN:
                  racing_below: float = 0.5, scheme: str = "thompson", switch_margin: float = 0.1,
                  hold_rounds: int = 8, min_gain: float = 0.03, caution: float = 1.0, pool_weight: float = 8.0,
                  explore_share: float = 0.125, explore_budget: float = 0.01, explore_start: float = 0.5,
-                 max_explore_gap: int = 256,
+                 max_explore_gap: int = 256, explore_steps: int = 8, explore_window: int = 1,
                  seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
@@ -139,6 +143,11 @@ class FastestOfN:
         self.explore_credit = explore_start  # steps' worth of extra time explorations may still cost
         self.replan_soon = False  # the last plan explored: plan again after the next step
         self.max_explore_gap = max_explore_gap
+        # live, a choice takes a few steps to reach the drafter and its drafts the verifier (the
+        # verifier does not wait for the policy): an exploration holds until its first draft is
+        # verified, or this many steps, or it would be switched off before it learnt anything
+        self.explore_steps = explore_steps
+        self.explore_window = explore_window
         self.primary: dict[str, str] = {}  # request id -> method chosen last time (switching has a cost)
         self.methods = list(methods)
         self.cost = cost
@@ -172,6 +181,7 @@ class FastestOfN:
         req = self.requests.get(request_id)
         if req is not None:
             req.arms.setdefault(method, Acceptance()).observe(drafted, accepted, self.decay)
+            req.drafts_seen += 1
 
     def observe_offer(self, request_id: str, method: str, offered: bool) -> None:
         """Whether ``method``, drafting for the request, had a draft for this step."""
@@ -312,7 +322,8 @@ class FastestOfN:
             explore, explore_speed, _ = self._allocate(steps, entries)
             explorers = {i for i in chosen if explore[i]}
             exploit_s = self._step_s(steps, picked, exploit)
-            explore = list(explore)
+            # a short draft measures acceptance as well as a long one, and costs less should it be wrong
+            explore = [min(w, self.explore_window) if i in explorers else w for i, w in enumerate(explore)]
             while explorers:  # the explorers' windows by their draws, everyone else's as exploitation has them
                 windows = [explore[i] if i in explorers else exploit[i] for i in range(len(picked))]
                 # what the step would cost more than the exploiting one, should the draws be wrong
@@ -333,16 +344,26 @@ class FastestOfN:
         self.replan_soon = bool(explorers)
 
         plan: dict[str, Choice] = {}
+        windows = list(windows)
         for i, (rid, method, sure, drawn, q, why) in enumerate(picked):
             req = self.requests[rid]
             window = windows[i]
+            awaiting = req.exploring[1] and req.drafts_seen == req.explore_seen and req.steps < req.explore_deadline
             if i in explorers:
                 gap = req.explore_gap or self.hold_rounds
                 req.explore_at = self.rounds + gap
                 req.explore_gap = min(2 * gap, self.max_explore_gap)
+                req.exploring, req.explore_seen = (method, window), req.drafts_seen
+                req.explore_deadline = req.steps + self.explore_steps
                 why = "explore"
-            elif exploit[i]:
-                req.explore_gap = self.hold_rounds  # the mean pays: a later exploration starts afresh
+            elif not window and awaiting:  # its exploration's drafts are on their way: let them arrive
+                (method, window), why = req.exploring, "explore (awaiting its first draft)"
+                sure = drawn = req.arms.get(method, Acceptance()).mean
+                explorers.add(i)
+            else:
+                req.exploring = ("", 0)
+                if exploit[i]:
+                    req.explore_gap = self.hold_rounds  # the mean pays: a later exploration starts afresh
             previous = self.primary.get(rid)
             if window and previous and previous != method:
                 req.hold_until = self.rounds + self.hold_rounds
@@ -360,6 +381,7 @@ class FastestOfN:
                     choice.reason += f" (+{','.join(riders)} free)"
             self.primary[rid] = method if window else ""
             plan[rid] = choice
+        self.replan_soon = bool(explorers)  # awaiting ones too: plan again as soon as their drafts are in
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
         return plan

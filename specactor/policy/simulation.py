@@ -120,10 +120,14 @@ def accepted_length(rng: random.Random, p: float, window: int) -> int:
 
 
 class Simulator:
-    def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1) -> None:
+    def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1, lag: int = 0) -> None:
+        """``lag``: steps before a plan takes effect. Live it is about 2: the verifier steps on while
+        the policy plans, applies the plan between steps, and the drafters' first drafts reach
+        the step after that."""
         self.cost = cost
         self.seed = seed
         self.plan_every = max(1, plan_every)
+        self.lag = max(0, lag)
 
     def run(self, requests: list[SimRequest], policy: Policy, max_steps: int = 100_000) -> SimResult:
         rng = random.Random(self.seed)
@@ -135,10 +139,13 @@ class Simulator:
         learner = learner if isinstance(learner, CostModel) and learner is not self.cost else None
         clock, steps, choices, finish = 0.0, 0, [], {}
         plan: dict[str, Choice] = {}
+        pending: list[tuple[int, dict[str, Choice]]] = []  # (step it takes effect, plan)
         while committed and steps < max_steps:
             batch = len(committed)
             if steps % self.plan_every == 0 or getattr(policy, "replan_soon", False):
-                plan = policy.plan(batch)
+                pending.append((steps + self.lag, policy.plan(batch)))
+            while pending and pending[0][0] <= steps:
+                plan = {**plan, **pending.pop(0)[1]}
             fed = rows = 0
             drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
             decoupled = True

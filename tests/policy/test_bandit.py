@@ -144,3 +144,27 @@ def test_unknown_scheme_and_empty_method_list_are_refused() -> None:
         FastestOfN(METHODS, cost, scheme="epsilon")
     with pytest.raises(ValueError, match="at least one"):
         FastestOfN([], cost)
+
+
+def test_an_exploration_holds_until_its_first_draft_is_verified() -> None:
+    """Live, an exploration's first draft arrives a few steps after the plan: the next plans
+    keep it (not switched off before it could learn anything), until a draft is verified or
+    ``explore_steps`` steps passed without one."""
+    cost = CostModel.from_profile(None)
+    policy = FastestOfN(["ngram"], cost, seed=0, explore_steps=6)
+    policy.add_request("r")
+    first = policy.plan(1)["r"]
+    assert first.methods == ["ngram"] and first.reason.startswith("explore"), first.reason
+    for _ in range(5):  # steps pass, no draft verified yet
+        policy.observe_commit("r", 1)
+        held = policy.plan(1)["r"]
+        assert held.methods == ["ngram"] and held.window == first.window, held.reason
+    policy.observe_commit("r", 1)  # the 6th step: it gives up waiting
+    assert not policy.plan(1)["r"].methods
+    # with a verdict, the exploration ends at once: the evidence decides (all wrong here)
+    other = FastestOfN(["ngram"], cost, seed=0, explore_steps=6)
+    other.add_request("r")
+    assert other.plan(1)["r"].methods
+    for _ in range(4):
+        other.observe("r", "ngram", 4, 0)
+    assert not other.plan(1)["r"].methods
