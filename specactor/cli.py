@@ -51,7 +51,7 @@ def _rollout(args: argparse.Namespace) -> int:
         opts = RolloutOptions(
             prompts=args.prompts, out=args.out, engine=engine_config_from_args(args),
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens, n=args.n,
-            chat=not args.no_chat, progress=False if args.no_progress else None)
+            chat=not args.no_chat, progress=False if args.no_progress else None, resume=args.resume)
         run_rollout(opts)
     except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError, RuntimeError) as exc:
         print(f"specactor rollout: error: {exc}", file=sys.stderr)
@@ -115,7 +115,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     fields: dict = {k: v for k, v in {
         "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
-        "repeats": args.repeats, "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
+        "repeats": args.repeats,
+        "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
         "modes": None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         "out": args.out}.items() if v is not None}
     start = time.perf_counter()
@@ -182,8 +183,10 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
         "sample: id, sample, prompt_ids, token_ids, logprobs, finish_reason, text, stats. Sample i of the "
         "line with id X gets the seed derived from (the line's seed or --seed, X, i): every mode and entry "
         "point (RolloutEngine, the daemon) gives the same tokens for the same id and seed, whatever else is "
-        "in the batch, up to floating-point near-ties (README, 'Lossless'). If any sample fails, nothing "
-        "replaces OUT: every line goes to OUT.failed.jsonl, failed ones with their error.",
+        "in the batch, up to floating-point near-ties (README, 'Lossless'). Each good sample is written to "
+        "OUT.partial.jsonl as it finishes; when all are done, OUT gets them in input order. If any sample "
+        "fails, nothing replaces OUT: every line goes to OUT.failed.jsonl, failed ones with their error, and "
+        "--resume generates only the samples still missing.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     rollout.add_argument("--prompts", required=True,
@@ -198,6 +201,9 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.add_argument("--n", type=positive_int, default=1, help="samples per prompt, unless the line says")
     rollout.add_argument("--no-chat", action="store_true", help="do not wrap text prompts in the chat template")
     rollout.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rollout.add_argument("--resume", action="store_true",
+                         help="keep the samples OUT and OUT.partial.jsonl (an interrupted or failed run's) already "
+                              "hold for this run's prompts, and generate only the rest (same seeds: the same tokens)")
     rollout.set_defaults(func=_rollout)
 
 

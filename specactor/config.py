@@ -32,6 +32,15 @@ class EngineConfig:
     window: int = 8  # decoupled: how far a drafter may run ahead of the last verdict
     max_batch: int = 32
     max_len: int = 1024
+    #: samples accepted but not finished, at most (beyond max_batch they queue; beyond this a call is
+    #: refused with an error saying so): one call cannot make the engine hold unbounded state
+    max_in_flight: int = 16384
+    #: keep the last weight update (its bytes, or its checkpoint path) to load it into a verifier the
+    #: supervisor restarted: without it a restart after an update cannot serve (costs the model's size)
+    restore_weights: bool = True
+    #: times the supervisor starts a crashed or hung verifier / model drafter again (requests in flight
+    #: are sent again and come out token-identical); then the engine fails every request, saying why
+    max_restarts: int = 3
     device: str = "cpu"  # cpu, cuda or cuda:N: where the target (and a model drafter) runs
     dtype: str = "float32"  # float32 or bfloat16: weights, activations and KV cache of the target
     seed: int = 0  # the seed of requests that name none (see specactor.seeds)
@@ -61,6 +70,10 @@ class EngineConfig:
             raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.window})")
         if self.max_batch < 1 or self.max_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_len >= 2 (got {self.max_batch}, {self.max_len})")
+        if self.max_restarts < 0:
+            raise ValueError(f"need max_restarts >= 0 (got {self.max_restarts})")
+        if self.max_in_flight < 1:
+            raise ValueError(f"need max_in_flight >= 1 (got {self.max_in_flight})")
         if self.processes and self.transport == "inproc":
             raise ValueError("processes=True needs transport ipc or tcp")
         if self.dtype not in DTYPES:

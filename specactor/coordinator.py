@@ -22,8 +22,12 @@ are aborted (``"abort"``): no output ever mixes versions.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
-from typing import Any, AsyncIterator, Sequence as Seq
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence as Seq
+
+import msgspec
 
 from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem
@@ -41,9 +45,16 @@ class Coordinator(Actor):
     def __init__(self, name: str, config: EngineConfig, **kwargs: Any) -> None:
         super().__init__(name, **kwargs)
         self.config = config
-        self.pending: dict[str, asyncio.Future[p.RequestResult]] = {}
-        self.finished: asyncio.Queue[p.RequestResult] = asyncio.Queue()
+        self.pending: dict[str, asyncio.Future[p.RequestResult]] = {}  # a result leaves with its future
+        self.jobs: dict[str, tuple[list[int], p.SamplingParams]] = {}  # what each pending request asked for
         self.acks: dict[tuple[str, str], asyncio.Future[p.ControlAck]] = {}  # (actor, ref) -> its answer
+        #: "up", "restarting" (the supervisor is starting a new verifier: requests wait, then are sent
+        #: again from their prompts; position-keyed sampling makes them token-identical), or "down: why"
+        self.verifier_state = "up"
+        #: called when a restarted verifier serves, before the requests are sent again (the engine
+        #: loads the running weights into it); an exception fails every pending request
+        self.restore: Callable[[], Awaitable[None]] | None = None
+        self._recovery: asyncio.Task[None] | None = None
 
     async def control(self, peers: list[str], make: Any, ref: str, timeout_s: float | None = None) -> list[p.ControlAck]:
         """Send ``make(ref)`` to each peer and wait for every ControlAck (a dead peer answers not ok)."""
@@ -65,7 +76,17 @@ class Coordinator(Actor):
         if request_id in self.pending:
             raise ValueError(f"request id {request_id!r} is already in flight")
         future: asyncio.Future[p.RequestResult] = asyncio.get_running_loop().create_future()
+        if self.verifier_state.startswith("down"):
+            future.set_result(_failed(request_id, prompt_ids, f"the verifier is not running ({self.verifier_state})"))
+            return future
         self.pending[request_id] = future
+        self.jobs[request_id] = (list(prompt_ids), params)
+        if self.verifier_state == "up":
+            await self._send_request(request_id)
+        return future  # restarting: sent once the new verifier serves
+
+    async def _send_request(self, request_id: str) -> None:
+        prompt_ids, params = self.jobs[request_id]
         cfg = self.config
         if cfg.mode == "coupled":
             await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters[:1],
@@ -75,38 +96,85 @@ class Coordinator(Actor):
                                                      window=cfg.window, mode=p.DraftMode.DECOUPLED, reason="static"))
         if not await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids,
                                                              params=params, reply_to=self.name)):
-            self.pending.pop(request_id, None)  # nothing will ever answer it: answer it now
-            future.set_result(p.RequestResult(request_id=request_id, prompt_ids=list(prompt_ids), token_ids=[],
-                                              logprobs=[], finish_reason=p.FinishReason.ERROR,
-                                              error="the verifier is not running"))
-        return future
+            if self.verifier_state == "up":  # nothing will ever answer it: answer it now
+                self._resolve(_failed(request_id, prompt_ids, "the verifier is not running"))
+
+    def _resolve(self, result: p.RequestResult) -> None:
+        self.jobs.pop(result.request_id, None)
+        future = self.pending.pop(result.request_id, None)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    def abort_waiting(self, request_id: str, reason: str) -> bool:
+        """Abort a request the verifier does not hold (it is being restarted); False if it may."""
+        if self.verifier_state == "up" or request_id not in self.pending:
+            return False
+        prompt_ids, _ = self.jobs[request_id]
+        self._resolve(p.RequestResult(request_id=request_id, prompt_ids=prompt_ids, token_ids=[], logprobs=[],
+                                      finish_reason=p.FinishReason.ABORT, error=reason))
+        return True
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, p.RequestResult):
-            future = self.pending.pop(msg.request_id, None)
-            if future is not None and not future.done():
-                future.set_result(msg)
-            await self.finished.put(msg)
+            self._resolve(msg)
         elif isinstance(msg, p.ControlAck):
             future = self.acks.get((sender, msg.ref))
             if future is not None and not future.done():
                 future.set_result(msg)
-        elif isinstance(msg, p.Error):
-            self.log.warning("coordinator.error_reply", sender=sender, code=msg.code, error=msg.message, ref=msg.ref)
         else:
             raise TypeError(f"Coordinator does not handle {type(msg).__name__}")
 
-    async def on_peer_down(self, name: str, reason: str) -> None:
+    async def on_error(self, sender: str, error: p.Error) -> None:
+        self.log.warning("coordinator.error_reply", sender=sender, code=error.code, error=error.message,
+                         ref=error.ref)
+
+    async def on_peer_down(self, name: str, reason: str, restarting: bool = False) -> None:
         for (peer, ref), future in list(self.acks.items()):
             if peer == name and not future.done():
                 future.set_result(p.ControlAck(ref=ref, ok=False, detail=f"{name} is down: {reason}"))
-        if name == "verifier":  # nothing can finish any more: fail everything, lose nothing silently
-            for request_id, future in list(self.pending.items()):
-                if not future.done():
-                    future.set_result(p.RequestResult(
-                        request_id=request_id, prompt_ids=[], token_ids=[], logprobs=[],
-                        finish_reason=p.FinishReason.ERROR, error=f"verifier down: {reason}"))
-            self.pending.clear()
+        if name != "verifier":
+            return
+        if restarting:  # the requests wait for the new verifier, and are sent to it again
+            self.verifier_state = "restarting"
+            self.log.warning("coordinator.verifier_restarting", reason=reason, waiting=len(self.pending))
+            return
+        # gone for good: nothing can finish any more: fail everything, lose nothing silently
+        self.verifier_state = f"down: {reason}"
+        self._fail_all(f"verifier down: {reason}")
+
+    async def on_peer_up(self, name: str) -> None:
+        if name == "verifier" and self.verifier_state == "restarting":
+            # not here: restoring the weights waits for the verifier's answer, which this loop delivers
+            self._recovery = asyncio.create_task(self._recover())
+
+    async def _recover(self) -> None:
+        """A new verifier serves: load the running weights into it, then send every waiting request."""
+        started = time.perf_counter()
+        try:
+            if self.restore is not None:
+                await self.restore()
+        except Exception as exc:
+            self.verifier_state = f"down: the restarted verifier could not load the running weights: {exc}"
+            self.log.error("coordinator.verifier_recovered", ok=False, error=self.verifier_state, requests=0,
+                           seconds=round(time.perf_counter() - started, 3))
+            self._fail_all(self.verifier_state)
+            return
+        self.verifier_state = "up"
+        waiting = list(self.jobs)
+        for request_id in waiting:
+            await self._send_request(request_id)
+        self.log.info("coordinator.verifier_recovered", ok=True, error="", requests=len(waiting),
+                      seconds=round(time.perf_counter() - started, 3))
+
+    def _fail_all(self, error: str) -> None:
+        for request_id in list(self.pending):
+            prompt_ids = self.jobs.get(request_id, ([], None))[0]
+            self._resolve(_failed(request_id, prompt_ids, error))
+
+
+def _failed(request_id: str, prompt_ids: list[int], error: str) -> p.RequestResult:
+    return p.RequestResult(request_id=request_id, prompt_ids=list(prompt_ids), token_ids=[], logprobs=[],
+                           finish_reason=p.FinishReason.ERROR, error=error)
 
 
 class RolloutEngine:
@@ -115,12 +183,17 @@ class RolloutEngine:
     def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
         self.config = config or EngineConfig(**overrides)
         self.config.check()
-        self.system = ActorSystem(self.config.transport)
+        self.system = ActorSystem(self.config.transport, max_restarts=self.config.max_restarts)
         self.coordinator = Coordinator("coordinator", self.config)
         self.version = 0  # policy version of the weights the engine serves
         self.vocab_size: int | None = None  # known once started
         self.model_name = self.config.model or DEFAULT_MODEL
         self._stats_lock = asyncio.Lock()  # replies share one queue: one stats round at a time
+        # the last committed update, to load into a restarted verifier: (checkpoint path, chunks)
+        self._running_update: tuple[str, list[p.WeightsChunk]] | None = None
+        self._staging: dict[str, list[p.WeightsChunk]] = {}  # the chunks of the update being sent
+        self._weight_shapes: dict[str, tuple[int, ...]] = {}  # the model's, known once started
+        self.coordinator.restore = self._restore_weights
         self._events_before: str | None = None
 
     async def __aenter__(self) -> "RolloutEngine":
@@ -140,12 +213,15 @@ class RolloutEngine:
     async def start(self) -> None:
         from specactor.models import resolve_model
         from specactor.verifier.config import ModelConfig
+        from specactor.verifier.model import hf_shapes
 
         cfg = self.config
         if cfg.events_path:  # before any actor starts: child processes inherit the file
             self._events_before = events_path()
             configure_events(cfg.events_path, console_level="warning")
-        self.vocab_size = ModelConfig.from_dir(resolve_model(cfg.model)).vocab_size  # also converts once
+        model_cfg = ModelConfig.from_dir(resolve_model(cfg.model))  # also converts once
+        self.vocab_size = model_cfg.vocab_size
+        self._weight_shapes = hf_shapes(model_cfg)
         await self.system.start()
         await self.system.spawn(self.coordinator)
         use_policy = cfg.mode == "specactor" and cfg.policy
@@ -201,7 +277,8 @@ class RolloutEngine:
         bad one rejects the whole call (ValueError naming it) before anything is submitted."""
         call = normalise(prompt_ids, sampling_params, request_ids, request_id)
         jobs = expand(call, vocab_size=self.vocab_size, max_len=self.config.max_len,
-                      default_seed=self.config.seed, in_flight=self.coordinator.pending)
+                      default_seed=self.config.seed, in_flight=self.coordinator.pending,
+                      max_in_flight=self.config.max_in_flight)
         return call, jobs
 
     async def submit(self, prompt_ids: Any, sampling_params: Params | None = None,
@@ -235,7 +312,16 @@ class RolloutEngine:
         for done in asyncio.as_completed([future for _, future in submitted]):
             yield await done
 
+    async def stream_jobs(self, jobs: list[Job]) -> AsyncIterator[p.RequestResult]:
+        """Like stream, for samples already expanded (:func:`specactor.requests.expand`): some
+        samples of a prompt, as ``specactor rollout --resume`` runs the ones still missing."""
+        submitted = await self._submit(jobs)
+        for done in asyncio.as_completed([future for _, future in submitted]):
+            yield await done
+
     async def abort(self, request_id: str) -> None:
+        if self.coordinator.abort_waiting(request_id, "aborted while the verifier restarted"):
+            return
         await self.coordinator.send("verifier", p.AbortRequest(request_id=request_id))
 
     # ------------------------------------------------------------------ between RL steps
@@ -267,6 +353,14 @@ class RolloutEngine:
 
     async def send_weights_chunk(self, chunk: p.WeightsChunk) -> None:
         """Streaming form of update_weights: send one chunk, then :meth:`commit_weights`."""
+        if self.config.restore_weights and tuple(chunk.shape) == self._weight_shapes.get(chunk.name):
+            # kept only if it fits the model (the verifier refuses the rest), and at most a float64 model's size
+            if chunk.update_id not in self._staging:
+                self._staging.clear()  # one update is sent at a time: an earlier one was abandoned
+            kept = self._staging.setdefault(chunk.update_id, [])
+            if sum(len(c.data) for c in kept) + len(chunk.data) <= 8 * sum(
+                    math.prod(shape) for shape in self._weight_shapes.values()):
+                kept.append(chunk)
         for holder in self._weight_holders:
             await self.coordinator.send(holder, chunk)
 
@@ -281,13 +375,35 @@ class RolloutEngine:
         acks = await self.coordinator.control(self._weight_holders, lambda _: commit, update_id)
         verifier_ack = acks[0]
         if not verifier_ack.ok:
+            self._staging.pop(update_id, None)
             raise ValueError(f"weight update rejected: {verifier_ack.detail}")
         self.version = verifier_ack.version
+        if self.config.restore_weights:
+            self._running_update = (path or "", self._staging.pop(update_id, []))
+        self._staging.clear()
         for holder, ack in zip(self._weight_holders[1:], acks[1:]):
             if not ack.ok:  # drafts stay lossless; only its acceptance suffers, and the policy sees that
                 self.coordinator.log.warning("coordinator.error_reply", sender=holder, code="weights",
                                              error=f"drafter kept its old weights: {ack.detail}", ref=update_id)
         return self.version
+
+    async def _restore_weights(self) -> None:
+        """Load the running weights into a verifier the supervisor restarted (it starts from the
+        model's files): the last update again, under the running version."""
+        if self.version == 0:
+            return
+        if self._running_update is None:
+            raise RuntimeError(f"version {self.version} was loaded with restore_weights=False: nothing to "
+                               f"reload; call update_weights again")
+        path, chunks = self._running_update
+        update_id = uuid.uuid4().hex
+        for chunk in chunks:
+            await self.coordinator.send("verifier", msgspec.structs.replace(chunk, update_id=update_id))
+            await asyncio.sleep(0)
+        commit = p.WeightsCommit(update_id=update_id, version=self.version, in_flight="finish", path=path)
+        (ack,) = await self.coordinator.control(["verifier"], lambda _: commit, update_id)
+        if not ack.ok:
+            raise RuntimeError(ack.detail)
 
     async def pause(self) -> None:
         """Stop stepping after the current step (requests keep their state; new ones queue)."""
@@ -305,9 +421,11 @@ class RolloutEngine:
         """Liveness and the state a daemon reports: live actors, version, pause, load."""
         live = sorted(self.system.live())
         verifier = (await self.stats(timeout_s=2.0)).get("verifier", {})
-        return {"ok": "verifier" in live and bool(verifier), "model": self.model_name, "mode": self.config.mode,
-                "policy_version": self.version, "paused": bool(verifier.get("paused", 0)),
-                "in_flight": len(self.coordinator.pending), "actors": live}
+        state = self.coordinator.verifier_state
+        return {"ok": "verifier" in live and bool(verifier) and state == "up", "model": self.model_name,
+                "mode": self.config.mode, "policy_version": self.version, "paused": bool(verifier.get("paused", 0)),
+                "in_flight": len(self.coordinator.pending), "actors": live, "verifier": state,
+                "restarts": dict(self.system.restarts), "down": dict(self.system.down)}
 
     async def stats(self, timeout_s: float = 5.0) -> dict[str, dict[str, float]]:
         """Live counters of the verifier and each live drafter (dead ones are skipped)."""

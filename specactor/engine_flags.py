@@ -62,6 +62,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                        help="specactor mode without the Fastest-of-N policy: every drafter on every request")
     group.add_argument("--no-racing", action="store_true",
                        help="the policy never races a second method on tail requests")
+    group.add_argument("--max-restarts", type=int, default=3,
+                       help="times a crashed or hung verifier / model drafter is started again (its requests are "
+                            "run again, token-identical); after that every request fails with the reason")
+    group.add_argument("--max-in-flight", type=positive_int, default=16384,
+                       help="samples accepted and not finished, at most: beyond it a call is refused")
     group.add_argument("--profile", default=None,
                        help="the policy's cost profile: auto (default: this machine's, measured once at start-up "
                             "and cached), cached (never measure), packaged, or a JSON file (bench/cost_profile.py)")
@@ -76,6 +81,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         "model": args.model, "k": args.k, "window": args.window, "max_batch": args.max_batch,
         "device": args.device, "dtype": args.dtype, "verifier_threads": args.threads,
         "policy": not args.no_policy, "racing": not args.no_racing,
+        "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight,
     }
     if "mode" in given:
         fields["mode"] = args.mode

@@ -33,12 +33,25 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "A frame was rejected (malformed, unknown kind, wrong fields, oversized).",
         ("sender", "error", "size"),
     ),
+    "actor.error_reply": (
+        "A peer answered something this actor sent with an Error; logged, never answered.",
+        ("sender", "code", "error", "ref"),
+    ),
+    "actor.loop_failed": (
+        "One of the actor's loops (step, drafting) raised: the actor stops and fails, so that its "
+        "supervisor sees it crash instead of a process that answers heartbeats and does nothing.",
+        ("error",),
+    ),
     "actor.unknown_peer": ("A send named a peer missing from the directory.", ("peer",)),
     "actor.send_dropped": ("A message to a stopped or dead peer was dropped.", ("peer", "kind")),
     "system.spawned": ("The supervisor started an actor.", ("name", "process", "address")),
     "system.actor_crashed": (
         "An actor's process exited unexpectedly.",
         ("name", "returncode", "error"),
+    ),
+    "system.actor_restarted": (
+        "The supervisor started a crashed or hung child actor again, under the same name.",
+        ("name", "restarts", "address"),
     ),
     "system.actor_hung": (
         "An actor sent no heartbeat within the timeout.",
@@ -59,7 +72,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "A learned drafter distilled itself on the rollouts after a weight update (loss: first and last tenth).",
         ("method", "version", "sequences", "tokens", "epochs", "seconds", "loss_first", "loss_last", "vocab"),
     ),
-    "draft.failed": ("A drafter raised; its requests go on without its drafts.", ("method", "error")),
+    "draft.failed": ("A drafter raised on a request; it goes on without that drafter's drafts.",
+                     ("method", "request_id", "error")),
     "policy.assign": (
         "The policy changed a request's drafting: methods (several = racing; none = speculation off), window, "
         "mode, and why.",
@@ -76,6 +90,15 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("path", "error"),
     ),
     "coordinator.error_reply": ("An actor answered the coordinator with an error.", ("sender", "code", "error", "ref")),
+    "coordinator.verifier_restarting": (
+        "The verifier crashed or hung and the supervisor is starting a new one: requests wait for it.",
+        ("reason", "waiting"),
+    ),
+    "coordinator.verifier_recovered": (
+        "A restarted verifier got the running weights and every waiting request again (from its prompt: "
+        "position-keyed sampling makes the output token-identical), or could not (ok false: all fail).",
+        ("ok", "error", "requests", "seconds"),
+    ),
     "request.finished": (
         "A request produced its result (verify steps, drafted and accepted tokens: speculative modes).",
         ("request_id", "tokens", "finish_reason", "latency_s", "steps", "drafted", "accepted"),
@@ -84,6 +107,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "server.call_failed": ("A client's call was refused; the client got this error.", ("call_id", "error")),
     "server.client_gone": ("A client vanished (silent, or a reply undeliverable); its requests were aborted.",
                            ("why", "aborted")),
+    "server.pause_released": ("The client that paused the daemon vanished: the daemon resumed by itself.",
+                              ("why",)),
     "server.draining": ("SIGTERM/SIGINT: new calls are refused, running requests may finish.",
                         ("in_flight", "drain_timeout_s")),
     "server.shutdown": ("The daemon stopped; every accepted request got its result.", ("calls", "in_flight", "aborted")),

@@ -166,10 +166,12 @@ class DirectoryAck(_Msg, tag=13):
 
 
 class PeerDown(_Msg, tag=8):
-    """The supervisor saw ``name`` crash or hang."""
+    """The supervisor saw ``name`` crash or hang. ``restarting``: it is starting a new one (a
+    PeerDirectory naming it says when it serves); else it is gone for good."""
 
     name: str
     reason: str
+    restarting: bool = False
 
 
 class Heartbeat(_Msg, tag=9):

@@ -88,9 +88,15 @@ def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex[:16]}"
 
 
+#: the id the verifier keeps the policy's choice for requests yet to come under
+RESERVED_REQUEST_IDS = ("*",)
+
+
 def expand(call: Call, *, vocab_size: int | None, max_len: int, default_seed: int,
-           in_flight: Collection[str] = ()) -> list[Job]:
-    """One job per sample, every request checked first (ValueError naming the bad one)."""
+           in_flight: Collection[str] = (), max_in_flight: int | None = None) -> list[Job]:
+    """One job per sample, every request checked first (ValueError naming the bad one), and the
+    number of samples before any is made: ``n`` comes from the caller, and a call asking for
+    2**62 samples must be refused at once, not expanded."""
     prompts = call.prompt_ids
     params = call.params if isinstance(call.params, list) else [call.params] * len(prompts)
     if len(params) != len(prompts):
@@ -98,10 +104,16 @@ def expand(call: Call, *, vocab_size: int | None, max_len: int, default_seed: in
     ids = call.request_ids if call.request_ids is not None else [new_request_id() for _ in prompts]
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} request ids for {len(prompts)} prompts")
-    jobs = []
     for rid, prompt, sp in zip(ids, prompts, params):
         sp.validate()
         check_prompt(rid, prompt, sp, vocab_size, max_len)
+    samples = sum(sp.n for sp in params)
+    if max_in_flight is not None and samples + len(in_flight) > max_in_flight:
+        raise ValueError(f"the call asks for {samples} samples with {len(in_flight)} in flight: the engine takes "
+                         f"at most {max_in_flight} at a time (EngineConfig.max_in_flight); wait for results or "
+                         f"split the call")
+    jobs = []
+    for rid, prompt, sp in zip(ids, prompts, params):
         for sample in range(sp.n):
             one = p.SamplingParams(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
                                    max_tokens=sp.max_tokens, stop_token_ids=list(sp.stop_token_ids),
@@ -120,6 +132,8 @@ def check_prompt(request_id: Any, ids: Seq[int], sp: p.SamplingParams, vocab: in
     """Raise ValueError naming what makes one request impossible to serve."""
     if not isinstance(request_id, str) or not request_id:
         raise ValueError(f"request id must be a non-empty string, got {request_id!r}")
+    if request_id in RESERVED_REQUEST_IDS:
+        raise ValueError(f"request id {request_id!r} is reserved: choose another")
     if len(ids) == 0:
         raise ValueError(f"request {request_id!r}: prompt is empty")
     not_int = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool)), None)

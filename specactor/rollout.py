@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -42,6 +42,7 @@ class RolloutOptions:
     n: int = 1
     chat: bool = True
     progress: bool | None = None
+    resume: bool = False  # keep the samples OUT (or an interrupted run's OUT.partial.jsonl) already holds
 
 
 def build_call(prompts: list[Prompt], opts: RolloutOptions, tokenizer: Any) -> Call:
@@ -112,18 +113,44 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
                      events_path=None)
     if config.device == "cpu":  # a GPU's memory is the GPU's business: torch says so if it is short
         check_kv_memory(model_cfg, config.max_batch, max_len, config.torch_dtype)
-    progress = _Progress(len(jobs), opts.progress)
-    try:
-        results, latencies, verifier, startup, wall = asyncio.run(_generate(config, call, progress))
-    finally:
-        progress.close()
     by_id = {prompt.id: prompt for prompt in prompts}
-    lines = [result_line(by_id[job.parent_id], job, results[job.request_id], latencies[job.request_id], tokenizer)
-             for job in jobs]
+    done = load_done(jobs, [opts.out, partial_path(opts.out)]) if opts.resume else {}
+    remaining = [job for job in jobs if job.request_id not in done]
+    progress = _Progress(len(remaining), opts.progress)
+    partial = Path(partial_path(opts.out))
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    encoder = msgspec.json.Encoder()
+    new_lines: dict[str, dict[str, Any]] = {}
+    latencies: dict[str, float] = {}
+    # every good sample is on disk as soon as it finishes: an interrupted run loses nothing done
+    with partial.open("wb") as sink:
+        for line in done.values():
+            sink.write(encoder.encode(line) + b"\n")
+        sink.flush()
+        jobs_by_id = {job.request_id: job for job in remaining}
+
+        def keep(result: RequestResult, latency_s: float) -> None:
+            job = jobs_by_id[result.request_id]
+            line = result_line(by_id[job.parent_id], job, result, latency_s, tokenizer)
+            new_lines[job.request_id], latencies[job.request_id] = line, latency_s
+            if line["finish_reason"] != "error":
+                sink.write(encoder.encode(line) + b"\n")
+                sink.flush()
+
+        try:
+            verifier, startup, wall = asyncio.run(_generate(config, remaining, progress, keep)) if remaining \
+                else ({}, 0.0, 0.0)
+        finally:
+            progress.close()
+    lines = [done.get(job.request_id) or new_lines[job.request_id] for job in jobs]
     failed = [line for line in lines if line["finish_reason"] == "error"]
-    # a run with failures never replaces a good output file: its lines (the failed ones with their
-    # error) go beside it
-    out_path = write_lines(lines, opts.out if not failed else failed_path(opts.out))
+    if failed:  # OUT stays as it was; the good samples stay in OUT.partial.jsonl for --resume
+        out_path = write_lines([new_lines.get(job.request_id) or done[job.request_id] for job in jobs],
+                               failed_path(opts.out))
+    else:
+        out_path = write_lines(lines, opts.out)  # in input order
+        partial.unlink(missing_ok=True)
+    lines = [new_lines[job.request_id] for job in remaining]  # what this run generated
 
     total_tokens = sum(len(line["token_ids"]) for line in lines)
     ordered = sorted(latencies.values())
@@ -133,13 +160,14 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
         "prompts": len(prompts),
         "samples": len(jobs),
         "output_tokens": total_tokens,
+        "resumed": len(done),
         "wall_s": wall,
         "tokens_per_s": total_tokens / wall if wall else 0.0,
         "steps": int(verifier.get("steps", 0)),
         "verifier_threads": int(verifier.get("threads", 0)),  # as the verifier reports them, not as asked
         "verifier_dtype": "bfloat16" if verifier.get("bfloat16") else "float32",
-        "p50_latency_s": ordered[len(ordered) // 2],
-        "max_latency_s": ordered[-1],
+        "p50_latency_s": ordered[len(ordered) // 2] if ordered else 0.0,
+        "max_latency_s": ordered[-1] if ordered else 0.0,
         "finish_reasons": _count(line["finish_reason"] for line in lines),
         "startup_s": startup,
         "device": config.device,
@@ -153,30 +181,61 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
     log.info("rollout.summary", **{k: v for k, v in summary.items() if not isinstance(v, dict)})
     print_summary(summary)
     if failed:
-        raise ValueError(f"{len(failed)} of {len(lines)} samples failed (written to {out_path} with their "
-                         f"error): first: {failed[0]['id']}#{failed[0]['sample']}: {failed[0].get('error')}")
+        raise ValueError(f"{len(failed)} of {len(jobs)} samples failed (written to {out_path} with their "
+                         f"error): first: {failed[0]['id']}#{failed[0]['sample']}: {failed[0].get('error')}; "
+                         f"the good ones are in {partial}: rerun with --resume to generate only the rest")
     return summary
 
 
-async def _generate(config: EngineConfig, call: Call, progress: "_Progress"
-                    ) -> tuple[dict[str, RequestResult], dict[str, float], dict[str, float], float, float]:
-    """Results and latencies by sample id, the verifier's stats, start-up and generation seconds."""
+async def _generate(config: EngineConfig, jobs: list[Job], progress: "_Progress",
+                    keep: Callable[[RequestResult, float], None]) -> tuple[dict[str, float], float, float]:
+    """Run ``jobs``, handing each result to ``keep`` with its latency as it finishes; returns the
+    verifier's stats, start-up and generation seconds."""
     from specactor.coordinator import RolloutEngine
 
-    results: dict[str, RequestResult] = {}
-    latencies: dict[str, float] = {}
     tokens = 0
     begin = time.perf_counter()
     async with RolloutEngine(config) as engine:
         start = time.perf_counter()
-        async for result in engine.stream(call.prompt_ids, call.params, call.request_ids):
+        async for result in engine.stream_jobs(jobs):
             now = time.perf_counter()
-            results[result.request_id], latencies[result.request_id] = result, now - start
+            keep(result, now - start)
             tokens += len(result.token_ids)
             progress.update(1, tokens, now - start)
         wall = time.perf_counter() - start
         stats = await engine.stats()
-    return results, latencies, stats.get("verifier", {}), start - begin, wall
+    return stats.get("verifier", {}), start - begin, wall
+
+
+def partial_path(out: str) -> str:
+    """Where a rollout writes each good sample as it finishes: ``OUT.partial.jsonl`` beside ``OUT``."""
+    path = Path(out)
+    return str(path.with_name(path.name.removesuffix(".jsonl") + ".partial.jsonl"))
+
+
+def load_done(jobs: list[Job], paths: list[str]) -> dict[str, dict[str, Any]]:
+    """The good samples the files already hold, by sample id, for ``--resume`` (later files win;
+    a line cut short by an interrupted write is ignored). ValueError if a line's prompt is not
+    the prompt this run has for its id: that file is another rollout's."""
+    wanted = {(job.parent_id, job.sample): job for job in jobs}
+    done: dict[str, dict[str, Any]] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            continue
+        for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+            try:
+                line = msgspec.json.decode(raw)
+                key = (line["id"], line["sample"])
+            except (msgspec.DecodeError, KeyError, TypeError):
+                continue
+            job = wanted.get(key)
+            if job is None or line.get("finish_reason") == "error":
+                continue
+            if line.get("prompt_ids") != job.prompt_ids:
+                raise ValueError(f"{path}:{number}: sample {key[0]}#{key[1]} has another prompt than this run's: "
+                                 f"that file holds another rollout (drop --resume, or choose another --out)")
+            done[job.request_id] = line
+    return done
 
 
 def failed_path(out: str) -> str:

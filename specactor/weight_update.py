@@ -9,6 +9,8 @@ applied, so a bad update leaves the running weights untouched.
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
@@ -51,13 +53,24 @@ def chunk_state_dict(update_id: str, state_dict: Mapping[str, torch.Tensor],
 
 
 class WeightStaging:
-    """Reassembles the chunks of one update; every inconsistency is a ValueError naming it."""
+    """Reassembles the chunks of one update; every inconsistency is a ValueError naming it.
 
-    def __init__(self) -> None:
+    ``expected``: the model's weight names and shapes. A chunk is checked against them
+    before its tensor's buffer is allocated, so a message declaring a 50 GB tensor is
+    refused, not obeyed."""
+
+    def __init__(self, expected: Mapping[str, tuple[int, ...]] | None = None) -> None:
         self._buffers: dict[str, tuple[str, tuple[int, ...], bytearray, int]] = {}  # name -> dtype, shape, buf, got
+        self.expected = expected
 
     def add(self, chunk: p.WeightsChunk) -> None:
         name = chunk.name
+        if self.expected is not None and name not in self._buffers:
+            if name not in self.expected:
+                raise ValueError(f"weight {name!r} is not a weight of this model")
+            if tuple(chunk.shape) != tuple(self.expected[name]):
+                raise ValueError(f"weight {name!r} has shape {list(chunk.shape)}, the model needs "
+                                 f"{list(self.expected[name])}")
         if chunk.dtype not in DTYPES:
             raise ValueError(f"weight {name!r}: unknown dtype {chunk.dtype!r} (use one of {', '.join(DTYPES)})")
         if any(n < 0 for n in chunk.shape):
@@ -80,6 +93,10 @@ class WeightStaging:
         buf[chunk.offset:end] = chunk.data
         self._buffers[name] = (dtype, shape, buf, got + len(chunk.data))
 
+    @property
+    def nbytes(self) -> int:
+        return sum(len(buf) for _, _, buf, _ in self._buffers.values())
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The reassembled tensors; ValueError if any tensor is incomplete."""
         out = {}
@@ -93,26 +110,57 @@ class WeightStaging:
 
 class PendingUpdates:
     """The chunks of every update received but not yet committed, by update id, as an actor
-    that holds weights keeps them. A bad chunk is remembered and reported at the commit."""
+    that holds weights keeps them. A bad chunk is remembered and reported at the commit.
 
-    def __init__(self) -> None:
+    An update whose sender went away is never committed: one that received no chunk for
+    ``stale_after_s`` is dropped (its memory freed; a late commit is told why)."""
+
+    MAX_ERRORS = 64  # what was wrong with the last updates, for their commits
+
+    def __init__(self, expected: Mapping[str, tuple[int, ...]] | None = None, stale_after_s: float = 600.0) -> None:
         self._staging: dict[str, WeightStaging] = {}
-        self._errors: dict[str, str] = {}  # update id -> what was wrong with one of its chunks
+        self._errors: OrderedDict[str, str] = OrderedDict()  # update id -> what was wrong with one of its chunks
+        self._touched: dict[str, float] = {}  # update id -> when its last chunk came
+        self.expected = expected  # the model's weight shapes, once known
+        self.stale_after_s = stale_after_s
+
+    @property
+    def staged_bytes(self) -> int:
+        return sum(s.nbytes for s in self._staging.values())
 
     def add(self, chunk: p.WeightsChunk) -> None:
+        self.expire()
         if chunk.update_id in self._errors:
             return
+        self._touched[chunk.update_id] = time.monotonic()
         try:
-            self._staging.setdefault(chunk.update_id, WeightStaging()).add(chunk)
+            staging = self._staging.get(chunk.update_id)
+            if staging is None:
+                staging = self._staging[chunk.update_id] = WeightStaging(self.expected)
+            staging.add(chunk)
         except ValueError as exc:
-            self._errors[chunk.update_id] = str(exc)
-            self._staging.pop(chunk.update_id, None)
+            self._fail(chunk.update_id, str(exc))
+
+    def expire(self) -> None:
+        """Drop the updates that have had no chunk for ``stale_after_s``."""
+        now = time.monotonic()
+        for update_id, last in list(self._touched.items()):
+            if now - last > self.stale_after_s:
+                self._fail(update_id, f"update {update_id!r} expired: no chunk for {self.stale_after_s:g} s")
+
+    def _fail(self, update_id: str, error: str) -> None:
+        self._staging.pop(update_id, None)
+        self._touched.pop(update_id, None)
+        self._errors[update_id] = error
+        while len(self._errors) > self.MAX_ERRORS:
+            self._errors.popitem(last=False)
 
     def take(self, commit: p.WeightsCommit) -> tuple[Callable[[], dict[str, torch.Tensor]], str]:
         """Forget the update; return a loader of its weights (the checkpoint at ``commit.path``,
         else its chunks; run it off the event loop) and what was wrong with its chunks ('' if
         nothing)."""
         staging = self._staging.pop(commit.update_id, None) or WeightStaging()
+        self._touched.pop(commit.update_id, None)
         error = self._errors.pop(commit.update_id, "")
         if commit.path:
             return lambda: read_checkpoint(commit.path), error

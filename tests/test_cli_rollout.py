@@ -168,10 +168,11 @@ def test_a_rollout_with_failed_samples_keeps_the_old_output(tmp_path: Path, tiny
 
     real = rollout._generate
 
-    async def one_fails(config, call, progress):
-        results, latencies, verifier, startup, wall = await real(config, call, progress)
-        results["a#1"] = replace_result(results["a#1"])
-        return results, latencies, verifier, startup, wall
+    async def one_fails(config, jobs, progress, keep):
+        def keep_failing(result, latency_s):
+            keep(replace_result(result) if result.request_id == "a#1" else result, latency_s)
+
+        return await real(config, jobs, progress, keep_failing)
 
     def replace_result(result):
         import msgspec
@@ -183,10 +184,47 @@ def test_a_rollout_with_failed_samples_keeps_the_old_output(tmp_path: Path, tiny
     prompts, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     prompts.write_text('{"prompt_ids": [1, 9690, 198], "id": "a", "n": 2}\n')
     out.write_text("an earlier good rollout\n")
-    with pytest.raises(ValueError, match=r"1 of 2 samples failed .*out.failed.jsonl.*a#1: verifier down: test"):
+    with pytest.raises(ValueError, match=r"1 of 2 samples failed .*out.failed.jsonl.*a#1: verifier down: test.*"
+                                         r"--resume"):
         rollout.run_rollout(rollout.RolloutOptions(str(prompts), str(out), max_tokens=4, progress=False,
                                                    engine=EngineConfig(model=str(tiny_checkpoint),
                                                                        mode="autoregressive")))
     assert out.read_text() == "an earlier good rollout\n"
     lines = [json.loads(x) for x in (tmp_path / "out.failed.jsonl").read_text().splitlines()]
     assert [x["finish_reason"] for x in lines] == ["length", "error"] and lines[1]["error"] == "verifier down: test"
+
+
+def test_resume_generates_only_the_missing_samples_and_they_are_the_same(tmp_path: Path, tiny_checkpoint: Path,
+                                                                         session_cache: Path, monkeypatch) -> None:
+    """An interrupted run: its finished samples are in OUT.partial.jsonl (the last line cut short by
+    the interruption); --resume generates only the others, and OUT ends up identical to an
+    uninterrupted run's."""
+    import specactor.rollout as rollout
+    from specactor.config import EngineConfig
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text('{"prompt_ids": [1, 9690, 198], "id": "a", "n": 3}\n{"prompt_ids": [1, 44, 45], "id": "b"}\n')
+
+    def run(out: Path, resume: bool) -> dict:
+        return rollout.run_rollout(rollout.RolloutOptions(
+            str(prompts), str(out), max_tokens=6, progress=False, resume=resume,
+            engine=EngineConfig(model=str(tiny_checkpoint), mode="autoregressive")))
+
+    whole = tmp_path / "whole.jsonl"
+    assert run(whole, False)["samples"] == 4
+    reference = [json.loads(x) for x in whole.read_text().splitlines()]
+    out = tmp_path / "out.jsonl"
+    partial = tmp_path / "out.partial.jsonl"
+    kept = [reference[3], reference[1]]  # b#0 and a#1 finished before the interruption
+    partial.write_text("".join(json.dumps(x) + "\n" for x in kept) + json.dumps(reference[0])[:25])
+    summary = run(out, True)
+    assert summary["resumed"] == 2 and summary["samples"] == 4 and not partial.exists()
+    resumed = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["id"], x["sample"]) for x in resumed] == [("a", 0), ("a", 1), ("a", 2), ("b", 0)]
+    assert [x["token_ids"] for x in resumed] == [x["token_ids"] for x in reference]
+    assert run(out, True)["resumed"] == 4  # everything is there: nothing to generate, OUT unchanged
+    assert [json.loads(x)["token_ids"] for x in out.read_text().splitlines()] == [x["token_ids"] for x in reference]
+    prompts.write_text('{"prompt_ids": [1, 2, 3], "id": "a", "n": 3}\n{"prompt_ids": [1, 44, 45], "id": "b"}\n')
+    with pytest.raises(ValueError, match="has another prompt than this run's"):
+        run(out, True)

@@ -169,7 +169,7 @@ async def test_sigkilled_model_drafter_only_slows_things_down(tiny_checkpoint, s
         assert not task.done(), "rollout finished before any model draft was accepted"
         os.kill(pid, signal.SIGKILL)
         results = await asyncio.wait_for(task, 600)
-        assert "draft-model" in engine.system.down
+        assert engine.system.restarts.get("draft-model") == 1  # and the supervisor started another
     assert [r.token_ids for r in results] == [refs[1.0][r.request_id] for r in results]
 
 
@@ -224,7 +224,8 @@ async def test_a_request_submitted_after_the_verifier_died_gets_an_error_not_a_h
     import signal
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
-    config = EngineConfig(model=str(tiny_checkpoint), mode="autoregressive", max_len=64, max_batch=2)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="autoregressive", max_len=64, max_batch=2,
+                          max_restarts=0)  # restarts: tests/faults
     async with RolloutEngine(config) as engine:
         os.kill(engine.system.pid("verifier"), signal.SIGKILL)
         for _ in range(100):

@@ -90,3 +90,43 @@ def test_model_drafter_drafts_with_the_new_weights(quant) -> None:
     with pytest.raises(ValueError, match="missing"):
         updated.load_weights({})
     assert updated.propose([states["updated"]], 4) == after  # a refused update changes nothing
+
+
+def test_chunks_are_checked_against_the_model_before_anything_is_allocated() -> None:
+    """A one-frame message declaring a 50 GB tensor must be refused, not obeyed."""
+    from specactor.weight_update import PendingUpdates
+
+    expected = {"model.norm.weight": (4,)}
+    huge = p.WeightsChunk(update_id="u", name="model.norm.weight", dtype="float32", shape=[50 << 30],
+                          offset=0, total=4 * (50 << 30), data=b"")
+    stranger = p.WeightsChunk(update_id="v", name="evil", dtype="float32", shape=[1 << 40], offset=0,
+                              total=4 << 40, data=b"")
+    pending = PendingUpdates(expected)
+    pending.add(huge)
+    pending.add(stranger)
+    assert pending.staged_bytes == 0
+    _, error = pending.take(p.WeightsCommit(update_id="u", version=1))
+    assert "shape [53687091200], the model needs [4]" in error
+    _, error = pending.take(p.WeightsCommit(update_id="v", version=1))
+    assert "'evil' is not a weight of this model" in error
+
+
+def test_staged_updates_whose_sender_went_away_expire(monkeypatch) -> None:
+    import time as time_module
+
+    from specactor.weight_update import PendingUpdates
+
+    now = [1000.0]
+    monkeypatch.setattr(time_module, "monotonic", lambda: now[0])
+    pending = PendingUpdates({"w": (2,)}, stale_after_s=60)
+    chunk = p.WeightsChunk(update_id="old", name="w", dtype="float32", shape=[2], offset=0, total=8, data=b"\0" * 4)
+    pending.add(chunk)
+    assert pending.staged_bytes == 8
+    now[0] += 61
+    pending.add(p.WeightsChunk(update_id="new", name="w", dtype="float32", shape=[2], offset=0, total=8,
+                               data=b"\0" * 8))
+    assert pending.staged_bytes == 8  # the old update's buffer is gone, the new one's is there
+    _, error = pending.take(p.WeightsCommit(update_id="old", version=1))
+    assert "expired" in error
+    weights, error = pending.take(p.WeightsCommit(update_id="new", version=1))
+    assert not error and weights()["w"].tolist() == [0.0, 0.0]

@@ -70,6 +70,7 @@ class Actor:
         self._stop_requested: p.Stop | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._loops: list[asyncio.Task[Any]] = []
+        self._loop_error: BaseException | None = None  # what killed one of our loops
 
     # ------------------------------------------------------------------ hooks
 
@@ -83,8 +84,17 @@ class Actor:
     async def on_stop(self) -> None:
         """Called on Stop, before Goodbyes: finish or hand off own work here."""
 
-    async def on_peer_down(self, name: str, reason: str) -> None:
-        """Called when the supervisor reports that ``name`` crashed or hung."""
+    async def on_peer_down(self, name: str, reason: str, restarting: bool = False) -> None:
+        """Called when the supervisor reports that ``name`` crashed or hung; ``restarting``: a new
+        one is starting (then :meth:`on_peer_up` follows, unless that fails too)."""
+
+    async def on_peer_up(self, name: str) -> None:
+        """Called when a peer reported down serves again (the supervisor restarted it)."""
+
+    async def on_error(self, sender: str, error: p.Error) -> None:
+        """An Error reply from ``sender`` (to something we sent). Never answered: two actors that
+        each reject what the other sends would otherwise bounce Errors forever."""
+        self.log.warning("actor.error_reply", sender=sender, code=error.code, error=error.message, ref=error.ref)
 
     def on_closed(self) -> None:
         """Called once the mailbox is closed and no message can arrive any more:
@@ -121,8 +131,21 @@ class Actor:
 
     def start_loop(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run a background loop of this actor (a step or drafting loop); it is
-        cancelled, and waited for, when the actor stops."""
-        self._loops.append(asyncio.create_task(coro))
+        cancelled, and waited for, when the actor stops. A loop that raises stops the
+        actor, which then fails (:meth:`serve` raises): an actor whose loop is dead
+        would keep answering heartbeats and never do its work, so its supervisor
+        must see it crash."""
+        task = asyncio.create_task(coro)
+        task.add_done_callback(self._loop_done)
+        self._loops.append(task)
+
+    def _loop_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or task.exception() is None or self._loop_error is not None:
+            return
+        exc = task.exception()
+        self._loop_error = exc
+        self.log.error("actor.loop_failed", error=f"{type(exc).__name__}: {exc}")
+        self.request_stop("loop failed")
 
     async def _stop_loops(self) -> None:
         loops, self._loops = self._loops, []  # a cancelled task's traceback pins its frame: drop them
@@ -178,6 +201,9 @@ class Actor:
             self.on_closed()
             self.log.info("actor.stopped", handled=self.handled,
                           reason=self._stop_requested.reason if self._stop_requested else "cancelled")
+        if self._loop_error is not None:
+            raise RuntimeError(f"actor {self.name!r}: a loop failed: "
+                               f"{type(self._loop_error).__name__}: {self._loop_error}") from self._loop_error
 
     async def _begin(self) -> None:
         await self.on_start()
@@ -257,6 +283,14 @@ class Actor:
             return
         if await self._control(sender, msg):
             return
+        if isinstance(msg, p.Error):
+            try:
+                await self.on_error(sender, msg)
+            except Exception as exc:  # not answered either
+                self.log.error("actor.handler_failed", sender=sender, kind="Error",
+                               error=f"{type(exc).__name__}: {exc}")
+            self.handled += 1
+            return
         try:
             await self.handle(sender, msg)
         except Exception as exc:  # the actor survives its handlers
@@ -275,9 +309,13 @@ class Actor:
         if isinstance(msg, p.PeerDirectory):
             self.directory.update(msg.peers)
             self.directory[self.name] = self.address
+            back = sorted(self.dead_peers & set(msg.peers))  # restarted by the supervisor
+            self.dead_peers -= set(back)
             if not self.started.is_set():
                 await self._begin()
             await self.send(sender, p.DirectoryAck(name=self.name, version=msg.version))
+            for name in back:
+                await self.on_peer_up(name)
             return True
         if isinstance(msg, p.Ping):
             await self.send(sender, p.Pong(seq=msg.seq, sent_ns=msg.sent_ns))
@@ -298,6 +336,6 @@ class Actor:
             self.dead_peers.add(msg.name)
             if self._mailbox is not None:
                 self._mailbox.forget(msg.name)
-            await self.on_peer_down(msg.name, msg.reason)
+            await self.on_peer_down(msg.name, msg.reason, msg.restarting)
             return True
         return False

@@ -7,6 +7,7 @@ by path; ``bench/transport.py`` uses them to measure the transports.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from specactor import protocol as p
@@ -42,8 +43,11 @@ class Collector(Actor):
             return
         await self.received.put((sender, msg))
 
-    async def on_peer_down(self, name: str, reason: str) -> None:
-        await self.received.put(("supervisor", p.PeerDown(name=name, reason=reason)))
+    async def on_peer_down(self, name: str, reason: str, restarting: bool = False) -> None:
+        await self.received.put(("supervisor", p.PeerDown(name=name, reason=reason, restarting=restarting)))
+
+    async def on_error(self, sender: str, error: p.Error) -> None:
+        await self.received.put((sender, error))
 
 
 class Producer(Actor):
@@ -121,3 +125,40 @@ class Hanger(Actor):
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         time.sleep(3600)
+
+
+class LoopFailer(Actor):
+    """Runs a background loop that raises on ``Payload(seq=1)`` and exits the process on
+    ``Payload(seq=2)``; answers StatsRequest with its pid. A victim for supervision tests."""
+
+    async def on_start(self) -> None:
+        self._fail = asyncio.Event()
+        self.start_loop(self._loop())
+
+    async def _loop(self) -> None:
+        await self._fail.wait()
+        raise RuntimeError("the loop failed on purpose")
+
+    async def handle(self, sender: str, msg: p.Message) -> None:
+        if isinstance(msg, p.Payload) and msg.seq == 1:
+            self._fail.set()
+        elif isinstance(msg, p.Payload) and msg.seq == 2:
+            os._exit(3)
+        elif isinstance(msg, p.StatsRequest):
+            await self.send(sender, p.StatsReply(name=self.name, values={"pid": os.getpid()}))
+
+
+class Rejecter(Actor):
+    """Every handler raises (so every message is answered with an Error); counts the Errors it
+    gets. Two of them must not bounce Errors between each other."""
+
+    def __init__(self, name: str, **kwargs: object) -> None:
+        super().__init__(name, **kwargs)  # type: ignore[arg-type]
+        self.errors = 0
+
+    async def handle(self, sender: str, msg: p.Message) -> None:
+        raise ValueError(f"{self.name} takes nothing")
+
+    async def on_error(self, sender: str, error: p.Error) -> None:
+        self.errors += 1
+        await super().on_error(sender, error)

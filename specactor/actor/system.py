@@ -15,6 +15,15 @@ Failure detection (bounds are the defaults):
 Each is an event (``system.actor_crashed`` / ``system.actor_hung``) and a
 ``PeerDown`` message to every live actor, so owners can recover and nobody
 waits on the dead one during shutdown.
+
+Restarts: a child-process actor that crashes or hangs is started again from
+its spec, under the same name (``system.actor_restarted``), up to
+``max_restarts`` times in the system's life; its ``PeerDown`` then says
+``restarting``, and the new PeerDirectory that names it tells every peer it
+serves again (``Actor.on_peer_up``). Once the restarts are spent, or a
+restart itself fails, the actor stays down: its last PeerDown says so, and
+:attr:`ActorSystem.down` keeps the reason. In-process actors are not
+restarted (they share this process's fate).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import zmq
 from specactor import protocol as p
 from specactor.actor.actor import SUPERVISOR, Actor
 from specactor.actor.address import AddressAllocator, Transport, check_name
+from specactor.actor.child import PARENT_ENV
 from specactor.actor.spec import ActorSpec
 from specactor.events import events_path, get_logger
 
@@ -48,6 +58,8 @@ class _Member:
     last_heartbeat: float = field(default_factory=time.monotonic)
     directory_version: int = 0
     down: str = ""
+    spec: ActorSpec | None = None  # a child's, to start it again
+    stopping: bool = False  # stopped on purpose: its exit is no crash
 
 
 class _Supervisor(Actor):
@@ -85,12 +97,15 @@ class ActorSystem:
         hung_after_s: float = 2.0,
         ready_timeout_s: float = 120.0,
         drain_timeout_s: float = 5.0,
+        max_restarts: int = 3,
     ) -> None:
         self.transport = Transport(transport)
         self.heartbeat_s = heartbeat_s
         self.hung_after_s = hung_after_s
         self.ready_timeout_s = ready_timeout_s
         self.drain_timeout_s = drain_timeout_s
+        self.max_restarts = max_restarts
+        self.restarts: dict[str, int] = {}  # name -> times restarted
         self.allocator = AddressAllocator(self.transport, host)
         self.replies: asyncio.Queue[tuple[str, p.Message]] = asyncio.Queue()
         self.down: dict[str, str] = {}
@@ -148,20 +163,30 @@ class ActorSystem:
         name = check_name(actor.name)
         if name in self._members or name == SUPERVISOR:
             raise ValueError(f"an actor named {name!r} already exists")
+        if not isinstance(actor, Actor) and self.transport is Transport.INPROC:
+            raise ValueError("inproc cannot reach a child process: use transport 'ipc' or 'tcp'")
         member = _Member(name)
         self._members[name] = member
+        await self._start(member, actor)
+        self.log.info("system.spawned", name=name, process=member.process is not None, address=member.address)
+        await self._broadcast_directory()
+        return member.address
+
+    async def _start(self, member: _Member, actor: Actor | ActorSpec) -> None:
+        """Start ``member``'s actor and wait until it is ready (RuntimeError if it is not)."""
+        assert self._ctx is not None
+        name = member.name
         bind = self.allocator.allocate(name)
         if isinstance(actor, Actor):
             member.actor = actor
             member.task = asyncio.create_task(actor.serve(bind, self._ctx, self.supervisor.address))
             member.task.add_done_callback(lambda t, m=member: self._on_local_exit(m, t))
         else:
-            if self.transport is Transport.INPROC:
-                raise ValueError("inproc cannot reach a child process: use transport 'ipc' or 'tcp'")
+            member.spec = actor
             member.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "specactor.actor.child",
                 msgspec.json.encode(actor).decode(), bind, self.supervisor.address,
-                events_path() or "",
+                events_path() or "", env={**os.environ, PARENT_ENV: str(os.getpid())},
             )
             member.monitor = asyncio.create_task(self._monitor_process(member))
         try:
@@ -179,9 +204,6 @@ class ActorSystem:
                 + (f" (exited with code {member.process.returncode})" if member.process and member.process.returncode is not None
                    else f" within {self.ready_timeout_s} s")
             )
-        self.log.info("system.spawned", name=name, process=member.process is not None, address=member.address)
-        await self._broadcast_directory()
-        return member.address
 
     async def send(self, name: str, msg: p._Msg) -> bool:
         """Send a message to an actor as the supervisor (replies land in ``replies``)."""
@@ -190,6 +212,7 @@ class ActorSystem:
     async def stop(self, name: str, timeout_s: float | None = None) -> None:
         """Stop one actor (it drains what it has; peers keep running)."""
         member = self._members[name]
+        member.stopping = True
         await self.supervisor.send(name, p.Stop(reason="stopped by supervisor", expect_goodbyes=False))
         await self._wait_exit(member, timeout_s or self.drain_timeout_s + 5)
         # If it had to be killed it said no Goodbye: tell the others it is gone.
@@ -247,23 +270,58 @@ class ActorSystem:
             except asyncio.TimeoutError:
                 pass
 
-    async def _report_down(self, member: _Member, reason: str) -> None:
+    async def _report_down(self, member: _Member, reason: str, restarting: bool = False) -> None:
         if member.down or self._stopping:
             return
         member.down = reason
-        if member.monitor is not None:
+        if member.monitor is not None and member.monitor is not asyncio.current_task():
             member.monitor.cancel()
         self.down[member.name] = reason
         self.supervisor.dead_peers.add(member.name)
         for name in self.live():
-            await self.supervisor.send(name, p.PeerDown(name=member.name, reason=reason))
+            await self.supervisor.send(name, p.PeerDown(name=member.name, reason=reason, restarting=restarting))
+
+    def _restarts_left(self, name: str) -> bool:
+        return not self._stopping and self.restarts.get(name, 0) < self.max_restarts
+
+    async def _failed(self, member: _Member, reason: str) -> None:
+        """A child crashed or hung: report it, make sure it is dead, start it again if allowed."""
+        if member.down or member.stopping or self._stopping:
+            return
+        name, spec = member.name, member.spec
+        restarting = spec is not None and self._restarts_left(name)
+        await self._report_down(member, reason, restarting)
+        await self._kill(member)
+        while restarting:
+            assert spec is not None
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            fresh = _Member(name)
+            self._members[name] = fresh
+            try:
+                await self._start(fresh, spec)
+            except (RuntimeError, OSError) as exc:
+                reason = f"restart {self.restarts[name]} of {self.max_restarts} failed: {exc}"
+                self.log.error("system.actor_crashed", name=name, returncode=None, error=reason)
+                fresh.down = reason
+                self.down[name] = reason
+                restarting = self._restarts_left(name)
+                continue
+            self.supervisor.dead_peers.discard(name)
+            await self._broadcast_directory()  # every peer knows it serves again: only then is it up
+            self.down.pop(name, None)
+            self.log.info("system.actor_restarted", name=name, restarts=self.restarts[name], address=fresh.address)
+            return
+        if spec is not None and not self._stopping:  # gone for good: say so to everyone
+            self.down[name] = reason
+            for peer in self.live():
+                await self.supervisor.send(peer, p.PeerDown(name=name, reason=reason, restarting=False))
 
     async def _monitor_process(self, member: _Member) -> None:
         assert member.process is not None
         code = await member.process.wait()
-        if not member.down and not self._stopping:
+        if not member.down and not member.stopping and not self._stopping:
             self.log.error("system.actor_crashed", name=member.name, returncode=code)
-            await self._report_down(member, f"process exited with code {code}")
+            await self._failed(member, f"process exited with code {code}")
 
     def _on_local_exit(self, member: _Member, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None or self._stopping or member.down:
@@ -286,8 +344,8 @@ class ActorSystem:
                 silent = now - member.last_heartbeat
                 if silent > self.hung_after_s and member.process.returncode is None:
                     self.log.error("system.actor_hung", name=member.name, silent_for_s=round(silent, 3))
-                    await self._report_down(member, f"hung: no heartbeat for {silent:.1f} s")
-                    await self._kill(member)
+                    asyncio.get_running_loop().create_task(
+                        self._failed(member, f"hung: no heartbeat for {silent:.1f} s"))
 
     async def _wait_exit(self, member: _Member, timeout_s: float) -> None:
         waiter = member.task if member.task is not None else member.process.wait() if member.process else None

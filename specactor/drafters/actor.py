@@ -66,6 +66,12 @@ class DraftActor(Actor):
 
             torch.set_num_threads(self.threads)
         self.drafter = await self.run_blocking(make_drafter, self.method, self.model_name, self.drafter_options)
+        if hasattr(self.drafter, "load_weights"):  # it takes the target's updates: check their chunks against it
+            from specactor.models import resolve_model
+            from specactor.verifier.config import ModelConfig
+            from specactor.verifier.model import hf_shapes
+
+            self._updates.expected = hf_shapes(ModelConfig.from_dir(resolve_model(self.model_name)))
         self.start_loop(self._drafting_loop())
 
     def on_closed(self) -> None:
@@ -91,6 +97,17 @@ class DraftActor(Actor):
             raise TypeError(f"DraftActor does not handle {type(msg).__name__}")
         self._wake.set()
 
+    async def on_peer_down(self, name: str, reason: str, restarting: bool = False) -> None:
+        """The verifier is gone: forget its requests (a restarted one Tracks them again)."""
+        if name != self.verifier:
+            return
+        for request_id in list(self.states):
+            untrack = p.Untrack(request_id=request_id)
+            if self._busy:
+                self._queued.append(untrack)
+            else:
+                self._apply_message(untrack)
+
     async def _apply_commits(self) -> None:
         """Load committed weight updates (between drafting rounds: never during a proposal).
         Drafts are only proposals, so a drafter may switch weights while requests run."""
@@ -102,8 +119,8 @@ class DraftActor(Actor):
                 rounds = len(getattr(self.drafter, "reports", []))
                 try:
                     await self.run_blocking(lambda: load(weights()))
-                except (ValueError, OSError, KeyError, RuntimeError) as exc:
-                    error = str(exc)
+                except Exception as exc:  # a corrupt or half-written checkpoint raises its reader's own errors
+                    error = f"{type(exc).__name__}: {exc}"
                 for report in getattr(self.drafter, "reports", [])[rounds:]:  # a learned drafter retrained
                     self.log.info("draft.trained", method=self.method, version=commit.version, **vars(report))
             weights = None  # drop the staged chunks and the old model, then give their pages back
@@ -174,6 +191,20 @@ class DraftActor(Actor):
                 else len(s.lookahead) < self.windows[r] and self._stalled.get(r) != len(s.committed))
         ]
 
+    def _propose(self, ready: list[DraftState], k: int) -> list[list[int]]:
+        """One batched proposal round; if it fails, each request alone, so that one request the
+        drafter cannot serve (a context too long for it) costs only its own drafts. A failing
+        drafter slows its requests down, nothing more."""
+        assert self.drafter is not None
+        try:
+            return self.drafter.propose(ready, k)
+        except Exception as exc:
+            if len(ready) == 1:
+                self.log.error("draft.failed", method=self.method, request_id=ready[0].request_id,
+                               error=f"{type(exc).__name__}: {exc}")
+                return [[]]
+        return [self._propose([state], k)[0] for state in ready]
+
     async def _drafting_loop(self) -> None:
         assert self.drafter is not None
         while True:
@@ -190,10 +221,7 @@ class DraftActor(Actor):
             self._busy = True
             t0 = time.perf_counter()
             try:
-                proposals = await self.run_blocking(self.drafter.propose, ready, k)
-            except Exception as exc:  # a failing drafter slows its requests down, nothing more
-                self.log.error("draft.failed", method=self.method, error=f"{type(exc).__name__}: {exc}")
-                proposals = [[] for _ in ready]
+                proposals = await self.run_blocking(self._propose, ready, k)
             finally:
                 self._busy = False
             elapsed = time.perf_counter() - t0

@@ -48,10 +48,19 @@ class PolicyActor(Actor):
             await self._on_verdicts(msg)
         elif isinstance(msg, p.StatsReply):
             self._on_drafter_stats(msg)
+        elif isinstance(msg, p.Untrack):  # aborted: no final verdict will say it finished
+            self.fon.remove_request(msg.request_id)
+            self.current.pop(msg.request_id, None)
         elif isinstance(msg, p.StatsRequest):
             await self.send(sender, p.StatsReply(name=self.name, values=dict(self.counters)))
         else:
             raise TypeError(f"PolicyActor does not handle {type(msg).__name__}")
+
+    async def on_peer_up(self, name: str) -> None:
+        """A restarted verifier knows no assignment: send every request's again at the next plan."""
+        if name == self.verifier:
+            self.current.clear()
+            self.default = None
 
     # ------------------------------------------------------------------ learning
 

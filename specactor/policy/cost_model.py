@@ -4,10 +4,11 @@ how many tokens per second a choice of method, window and mode buys.
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in
 the engine's profile: this machine's, measured once at start-up and cached
 (:mod:`specactor.policy.profiling`), else the packaged one (the default model
-on another 2-core CPU), corrected online by an exponentially weighted ratio of
-measured to predicted step times. A scalar correction cannot fix the *shape*
-of a profile from another machine (how much dearer verifying k tokens is than
-decoding one), which is what the decisions hang on: hence the per-machine one.
+on another 2-core CPU), corrected online by exponentially weighted ratios of
+measured to predicted step times: one for plain steps (the profile's scale),
+one for what drafts add to a step (its shape, which the decisions hang on). Two
+scalars cannot fix every error of a profile from another machine: hence the
+per-machine one.
 Drafting time per token ``D(b) = b*D' + alpha`` is learnt per method from the
 drafters' own timings.
 
@@ -147,11 +148,17 @@ class StepCosts:
         self.one_row = None if cost.one_row_s is None or batch <= 1 else \
             [min(column(cost.one_row_s, ci), u) for ci, u in enumerate(self.uniform)]
         self.decode = _interp(self.chunks, self.uniform, 1.0)
+        self.extra_scale = cost.extra_correction
         self.memo: dict[float, float] = {}  # fed -> uniform verify seconds, for callers that repeat themselves
 
     def verify(self, fed: float, rows: float | None = None) -> float:
         """Seconds of one forward fed ``fed`` tokens in all, ``rows`` of the rows verifying
-        drafts (None: the tokens spread evenly over every row, the profile's own shape)."""
+        drafts (None: the tokens spread evenly over every row, the profile's own shape): a
+        plain step, plus what the drafts add, each with its own online correction."""
+        plain = self.decode
+        return plain + self.extra_scale * (self._verify(fed, rows) - plain)
+
+    def _verify(self, fed: float, rows: float | None = None) -> float:
         b = self.batch
         if b <= 0:
             return 0.0
@@ -197,7 +204,10 @@ class CostModel:
     batch_sizes: list[int]
     chunk_lens: list[int]
     forward_s: list[list[float]]  # [batch index][chunk index], median seconds, every row fed the chunk
-    correction: float = 1.0
+    correction: float = 1.0  # measured / profiled plain decode steps (online)
+    #: measured / profiled time that drafts add to a step (online): the profile's shape can be off
+    #: by more than its scale (on the 2-core AVX2 machine drafts at batch 10 cost twice what it said)
+    extra_correction: float = 1.0
     draft: dict[str, DraftCost] = field(default_factory=dict)
     #: [batch index][chunk index]: one row fed the chunk, the others one token (optional)
     one_row_s: list[list[float]] | None = None
@@ -256,6 +266,7 @@ class CostModel:
         learnt so far stay, and the online correction starts afresh."""
         self.batch_sizes, self.chunk_lens, self.forward_s = other.batch_sizes, other.chunk_lens, other.forward_s
         self.one_row_s, self.source, self.correction = other.one_row_s, other.source, 1.0
+        self.extra_correction = 1.0
 
     # ------------------------------------------------------------------ verify
 
@@ -263,8 +274,7 @@ class CostModel:
         """Predicted seconds of one forward: ``batch`` requests, ``chunk`` new tokens each."""
         if batch <= 0:
             return 0.0
-        per_batch = [_interp(self.chunk_lens, row, chunk) for row in self.forward_s]
-        return self.correction * _interp(self.batch_sizes, per_batch, batch)
+        return self.at_batch(batch).verify(batch * chunk)
 
     def at_batch(self, batch: int) -> StepCosts:
         return StepCosts(self, batch)
@@ -279,9 +289,15 @@ class CostModel:
         """Refresh the correction from one measured step (``tokens`` fed in all, ``rows`` rows with drafts)."""
         if batch <= 0 or seconds <= 0:
             return
-        predicted = self.verify_rows_s(batch, tokens, rows) / self.correction
-        if predicted > 0:
-            self.correction += weight * (seconds / predicted - self.correction)
+        steps = self.at_batch(batch)
+        if tokens <= batch or rows == 0:  # a plain step: the scale of the whole profile
+            if steps.decode > 0:
+                self.correction += weight * (seconds / (steps.decode / self.correction) - self.correction)
+            return
+        added = (steps.verify(tokens, rows) - steps.decode) / self.extra_correction  # what the profile says
+        if added > 1e-6:
+            ratio = min(max((seconds - steps.decode) / added, 0.25), 8.0)
+            self.extra_correction += weight * (ratio - self.extra_correction)
 
     # ------------------------------------------------------------------ draft
 

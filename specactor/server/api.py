@@ -111,10 +111,11 @@ def call_id_of(body: bytes) -> int | None:
     """The ``call_id`` of a body that failed to decode, if one can be read (for the error reply)."""
     try:
         raw = msgspec.msgpack.decode(body)
-    except (msgspec.DecodeError, ValueError):
+    except Exception:  # anything at all may arrive: it only decides whether the error names a call
         return None
     value = raw.get("call_id") if isinstance(raw, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    fits = isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**64
+    return value if fits else None
 
 
 def decode_reply(body: bytes) -> Reply:

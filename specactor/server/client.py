@@ -16,13 +16,14 @@ import itertools
 import uuid
 from typing import Any, AsyncIterator, Sequence as Seq
 
+import msgspec
 import zmq
 import zmq.asyncio
 
 from specactor import protocol as p
 from specactor.requests import Call, Params, normalise
 from specactor.server import api
-from specactor.server.daemon import DEFAULT_ENDPOINT
+from specactor.server.daemon import DEFAULT_ENDPOINT, MAX_CALL_BYTES
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict
 
 
@@ -32,9 +33,12 @@ class RemoteError(ValueError):
 
 class RolloutClient:
     def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, heartbeat_s: float = 1.0,
-                 timeout_s: float | None = None) -> None:
-        """``timeout_s``: how long to wait for any single reply (None: forever)."""
+                 timeout_s: float | None = 600.0) -> None:
+        """``timeout_s``: how long to wait for any single reply (a generate call's next sample,
+        a commit's answer) before TimeoutError; None waits forever. Finite by default, so that a
+        daemon that died or dropped a call cannot hang the caller."""
         self.endpoint, self.heartbeat_s, self.timeout_s = endpoint, heartbeat_s, timeout_s
+        self._holding_pause = False  # a daemon paused by us resumes if our heartbeats stop
         self._sock: zmq.asyncio.Socket | None = None
         self._ids = itertools.count(1)
         self._calls: dict[int, asyncio.Queue[api.Reply]] = {}
@@ -81,13 +85,22 @@ class RolloutClient:
         beat = api.encode(api.Heartbeat(call_id=0))
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            if self._calls:
+            if self._calls or self._holding_pause:
                 await self._sock.send(beat)
 
     def _socket(self) -> zmq.asyncio.Socket:
         if self._sock is None:
             raise RuntimeError("the client is not connected: use 'async with RolloutClient(...)' or connect()")
         return self._sock
+
+    async def _send(self, msg: msgspec.Struct) -> None:
+        """Send one call; ValueError if it is over the daemon's frame limit (ZeroMQ would drop it
+        silently and the call would never be answered)."""
+        body = api.encode(msg)
+        if len(body) > MAX_CALL_BYTES:
+            raise ValueError(f"a call of {len(body)} bytes is over the daemon's limit of {MAX_CALL_BYTES}: send "
+                             f"fewer prompts per call (or smaller weight chunks)")
+        await self._socket().send(body)
 
     def _open(self) -> tuple[int, asyncio.Queue[api.Reply]]:
         self._socket()
@@ -109,7 +122,7 @@ class RolloutClient:
         """Send ``make(call_id)`` and return its ``done`` value."""
         call_id, queue = self._open()
         try:
-            await self._socket().send(api.encode(make(call_id)))
+            await self._send(make(call_id))
             reply = await self._next(queue)
             return reply.value if isinstance(reply, api.Done) else None
         finally:
@@ -128,9 +141,8 @@ class RolloutClient:
     async def _stream(self, call: Call, model: str | None) -> AsyncIterator[tuple[int, p.RequestResult]]:
         call_id, queue = self._open()
         try:
-            await self._socket().send(api.encode(api.Generate(
-                call_id=call_id, prompt_ids=call.prompt_ids, sampling_params=call.params,
-                request_ids=call.request_ids, model=model)))
+            await self._send(api.Generate(call_id=call_id, prompt_ids=call.prompt_ids, sampling_params=call.params,
+                                          request_ids=call.request_ids, model=model))
             while True:
                 reply = await self._next(queue)
                 if isinstance(reply, api.Done):
@@ -169,17 +181,20 @@ class RolloutClient:
             raise ValueError("update_weights needs exactly one of state_dict and path")
         update_id = uuid.uuid4().hex
         if state_dict is not None:
-            sock = self._socket()
             for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
-                await sock.send(api.encode(api.WeightsChunk(call_id=0, chunk=chunk)))
+                await self._send(api.WeightsChunk(call_id=0, chunk=chunk))
         return await self._call(lambda call_id: api.CommitWeights(
             call_id=call_id, update_id=update_id, version=version, in_flight=in_flight, path=path))
 
     async def pause(self) -> None:
+        """Pause the daemon. It stays paused while this client lives (its heartbeats go on until
+        :meth:`resume`); if they stop, the daemon resumes by itself."""
         await self._call(lambda call_id: api.Pause(call_id=call_id))
+        self._holding_pause = True
 
     async def resume(self) -> None:
         await self._call(lambda call_id: api.Resume(call_id=call_id))
+        self._holding_pause = False
 
     async def health(self) -> dict[str, Any]:
         return await self._call(lambda call_id: api.Health(call_id=call_id))

@@ -41,13 +41,16 @@ class RolloutServer:
         self.last_seen: dict[bytes, float] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.calls = 0
+        self.paused_by: bytes | None = None  # the client whose pause holds: resumed if it goes
 
     def bind(self) -> str:
         """Bind the socket; returns the endpoint actually bound (resolves port 0 / ``*``)."""
         ctx = zmq.asyncio.Context.instance()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unreachable client raises instead of dropping
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_CALL_BYTES)
+        # ZeroMQ drops what is over its limit without a word, so its limit is above ours: a call
+        # over ours is answered with a Failure; only one over twice ours is cut off
+        sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_CALL_BYTES)
         sock.setsockopt(zmq.LINGER, 2000)
         sock.bind(self.endpoint)
         self.sock = sock
@@ -72,7 +75,8 @@ class RolloutServer:
                     break
                 frames = receiving.result()
                 identity = bytes(frames[0].buffer)
-                self.last_seen[identity] = time.monotonic()
+                if identity in self.owned or identity == self.paused_by:  # only they must keep beating
+                    self.last_seen[identity] = time.monotonic()
                 if len(frames) != 2:  # ROUTER adds the identity: a DEALER's call is one frame
                     self._spawn(self._fail(identity, None, f"a call is one frame, got {len(frames) - 1}"))
                     continue
@@ -86,6 +90,10 @@ class RolloutServer:
     # ------------------------------------------------------------------ calls
 
     async def _dispatch(self, identity: bytes, body: bytes) -> None:
+        if len(body) > MAX_CALL_BYTES:
+            self._spawn(self._fail(identity, api.call_id_of(body), f"a call of {len(body)} bytes is over the "
+                                                                   f"limit of {MAX_CALL_BYTES}"))
+            return
         try:
             call = api.decode_call(body)
         except ValueError as exc:
@@ -132,9 +140,14 @@ class RolloutServer:
                                                path=call.path)
         if isinstance(call, api.Pause):
             await engine.pause()
+            self.paused_by = identity
+            self.last_seen[identity] = time.monotonic()
             return None
         if isinstance(call, api.Resume):
             await engine.resume()
+            if self.paused_by is not None and self.paused_by not in self.owned:
+                self.last_seen.pop(self.paused_by, None)
+            self.paused_by = None
             return None
         if isinstance(call, api.Health):
             return {**await engine.health(), "draining": self.draining, "clients": len(self.owned)}
@@ -150,6 +163,7 @@ class RolloutServer:
         submitted = await self.engine.submit(call.prompt_ids, call.sampling_params, call.request_ids)
         owned = self.owned.setdefault(identity, set())
         owned.update(rid for rid, _ in submitted)
+        self.last_seen[identity] = time.monotonic()
         finished: asyncio.Queue[tuple[int, p.RequestResult]] = asyncio.Queue()
         for i, (_, future) in enumerate(submitted):
             future.add_done_callback(lambda f, i=i: finished.put_nowait((i, f.result())))
@@ -160,8 +174,10 @@ class RolloutServer:
                 await self._reply(identity, api.Result(call_id=call.call_id, index=i, result=result))
         finally:
             owned.difference_update(rid for rid, _ in submitted)
-            if not owned:
+            if not owned:  # per-client state lives while the client has something here, no longer
                 self.owned.pop(identity, None)
+                if identity != self.paused_by:
+                    self.last_seen.pop(identity, None)
         return len(submitted)
 
     # ------------------------------------------------------------------ replies and clients
@@ -181,6 +197,10 @@ class RolloutServer:
     async def _client_gone(self, identity: bytes, why: str) -> None:
         owned = self.owned.pop(identity, set())
         self.last_seen.pop(identity, None)
+        if identity == self.paused_by:  # nobody else could ever resume it
+            self.paused_by = None
+            self.log.warning("server.pause_released", why=why)
+            await self.engine.resume()
         if owned:
             self.log.warning("server.client_gone", why=why, aborted=len(owned))
         for request_id in owned:
@@ -191,7 +211,8 @@ class RolloutServer:
         while True:
             await asyncio.sleep(min(1.0, self.client_timeout_s / 4))
             now = time.monotonic()
-            for identity in list(self.owned):
+            holders = set(self.owned) | ({self.paused_by} if self.paused_by is not None else set())
+            for identity in holders:
                 if now - self.last_seen.get(identity, now) > self.client_timeout_s:
                     await self._client_gone(identity, f"silent for more than {self.client_timeout_s:g} s")
 

@@ -25,7 +25,9 @@ arrive (the book is not read by the forward; the next step takes the freshest).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections import OrderedDict
 from typing import Any
 
 from specactor import protocol as p
@@ -83,6 +85,7 @@ class VerifyActor(Actor):
         self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._update: tuple[str, p.WeightsCommit] | None = None  # committed, waiting for running requests
         self._held: list[tuple[str, p.Message]] = []  # requests that arrived during an update
+        self._finished_ids: OrderedDict[str, None] = OrderedDict()  # the last FINISHED_IDS to finish
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
                                         "waited_s": 0.0}
 
@@ -113,12 +116,13 @@ class VerifyActor(Actor):
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
+        self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
 
     def on_closed(self) -> None:
         self.verifier = None
 
-    async def on_peer_down(self, name: str, reason: str) -> None:
+    async def on_peer_down(self, name: str, reason: str, restarting: bool = False) -> None:
         # Requests keep going without that drafter: drop it from the barrier.
         for request_id, names in self.drafters.items():
             if name in names:
@@ -138,7 +142,7 @@ class VerifyActor(Actor):
         elif isinstance(msg, p.StatsRequest):
             values = {**self.stats, "version": self.version, "paused": int(self.paused),
                       "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held),
-                      "threads": self._threads, "bfloat16": int(self._bfloat16)}
+                      "threads": self._threads, "bfloat16": int(self._bfloat16), "pid": os.getpid()}
             await self.send(sender, p.StatsReply(name=self.name, values=values))
         else:
             raise TypeError(f"VerifyActor does not handle {type(msg).__name__}")
@@ -150,10 +154,10 @@ class VerifyActor(Actor):
         inbox, self._inbox = self._inbox, []
         for sender, msg in inbox:
             if isinstance(msg, p.Assignment):
-                await self._assign(msg)
+                await self._assign(msg, sender)
             elif isinstance(msg, p.AssignmentBatch):
                 for one in msg.assignments:
-                    await self._assign(one)
+                    await self._assign(one, sender)
             elif isinstance(msg, p.GenerateRequest):
                 if self._update is not None:  # starts on the new weights
                     self._held.append((sender, msg))
@@ -215,8 +219,8 @@ class VerifyActor(Actor):
         if not error:
             try:
                 await self.run_blocking(load)
-            except (ValueError, OSError, KeyError, RuntimeError) as exc:
-                error = str(exc)
+            except Exception as exc:  # a corrupt or half-written checkpoint raises its reader's own errors
+                error = f"{type(exc).__name__}: {exc}"
         weights = None  # drop the staged chunks (hundreds of MB), then give their pages back
         await self.run_blocking(release_freed_memory)
         if not error:
@@ -229,6 +233,7 @@ class VerifyActor(Actor):
 
     async def _admit(self, sender: str, msg: p.GenerateRequest) -> None:
         assert self.verifier is not None
+        self._finished_ids.pop(msg.request_id, None)  # an RL loop reuses ids from one step to the next
         reply_to = msg.reply_to or sender
         # the coordinator always sets the seed; a request sent straight to this actor follows the same rule
         seed = msg.params.seed if msg.params.seed is not None else sample_seed(None, msg.request_id, 0,
@@ -247,9 +252,13 @@ class VerifyActor(Actor):
         if assignment is not None and self.mode != "off":
             self._not_running[msg.request_id] = assignment  # the engine queues it: Tracked once it runs
 
-    async def _assign(self, msg: p.Assignment) -> None:
-        """Record an assignment; apply it now if the request is running."""
+    async def _assign(self, msg: p.Assignment, sender: str = "") -> None:
+        """Record an assignment; apply it now if the request is running. The policy's for a
+        request that has just finished (it planned while the request did) is dropped, or it
+        would stay forever."""
         assert self.verifier is not None
+        if sender == self.policy and msg.request_id in self._finished_ids:
+            return
         self.assignments[msg.request_id] = msg
         if msg.request_id in self.verifier.sequences and self.mode != "off":
             if any(seq.request_id == msg.request_id for seq in self.verifier.engine.running):
@@ -273,7 +282,8 @@ class VerifyActor(Actor):
         assert self.verifier is not None
         seq = self.verifier.sequences[request_id]
         mode = msg.mode
-        wanted = [f"draft-{m}" for m in msg.methods if f"draft-{m}" in self.directory]
+        wanted = [f"draft-{m}" for m in msg.methods
+                  if f"draft-{m}" in self.directory and f"draft-{m}" not in self.dead_peers]
         old = self.drafters.get(request_id, [])
         old_mode = p.DraftMode.COUPLED if request_id in self.coupled else p.DraftMode.DECOUPLED
         # A decoupled drafter must run further ahead than one step verifies, or its
@@ -373,6 +383,9 @@ class VerifyActor(Actor):
 
     async def _result(self, seq: Sequence, error: str = "") -> None:
         reply_to = self.reply_to.pop(seq.request_id, None)
+        self._finished_ids[seq.request_id] = None
+        while len(self._finished_ids) > FINISHED_IDS:
+            self._finished_ids.popitem(last=False)
         drafters = self.drafters.pop(seq.request_id, [])
         self.assignments.pop(seq.request_id, None)
         self._not_running.pop(seq.request_id, None)
@@ -381,9 +394,11 @@ class VerifyActor(Actor):
                       finish_reason=str(seq.finish_reason or p.FinishReason.ERROR),
                       latency_s=round(time.perf_counter() - seq.arrival_s, 4), steps=seq.steps,
                       drafted=seq.drafted, accepted=seq.accepted)
-        if seq.finish_reason == p.FinishReason.ABORT:
-            for drafter in drafters:  # no final verdict will tell them
+        if seq.finish_reason == p.FinishReason.ABORT:  # no final verdict will tell them
+            for drafter in drafters:
                 await self.send(drafter, p.Untrack(request_id=seq.request_id))
+            if self.policy is not None and self.policy not in self.dead_peers:
+                await self.send(self.policy, p.Untrack(request_id=seq.request_id))
         if reply_to is None:
             return
         await self.send(reply_to, p.RequestResult(
@@ -392,6 +407,10 @@ class VerifyActor(Actor):
             stats=p.RequestStats(drafted=seq.drafted, accepted=seq.accepted, verify_steps=seq.steps,
                                  per_method=seq.per_method),
             policy_version=self.version, error=error))
+
+
+#: finished request ids remembered, to drop the policy's late assignments for them
+FINISHED_IDS = 4096
 
 
 def _per_method(verdicts: list[p.Verdict]) -> dict[str, list[int]]:

@@ -162,6 +162,27 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every Hugging Face weight name a model of ``cfg`` reads, with its shape (``lm_head.weight``
+    included even when tied: checkpoints often carry it). Known from the config alone, so a
+    weight update can be checked before any model or buffer exists."""
+    d, hd, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, d),
+                                          "model.norm.weight": (d,), "lm_head.weight": (cfg.vocab_size, d)}
+    for i in range(cfg.num_layers):
+        pre = f"model.layers.{i}."
+        shapes.update({pre + "input_layernorm.weight": (d,), pre + "post_attention_layernorm.weight": (d,),
+                       pre + "self_attn.q_proj.weight": (q, d), pre + "self_attn.k_proj.weight": (kv, d),
+                       pre + "self_attn.v_proj.weight": (kv, d), pre + "self_attn.o_proj.weight": (d, q),
+                       pre + "mlp.gate_proj.weight": (inter, d), pre + "mlp.up_proj.weight": (inter, d),
+                       pre + "mlp.down_proj.weight": (d, inter)})
+        if cfg.attention_bias:
+            shapes.update({pre + "self_attn.q_proj.bias": (q,), pre + "self_attn.k_proj.bias": (kv,),
+                           pre + "self_attn.v_proj.bias": (kv,)})
+    return shapes
+
+
 class CausalLM(torch.nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -179,24 +200,8 @@ class CausalLM(torch.nn.Module):
     # ------------------------------------------------------------------ weights
 
     def hf_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every Hugging Face weight name :meth:`load_hf_state_dict` reads, with its shape
-        (``lm_head.weight`` included even when tied: checkpoints often carry it)."""
-        cfg = self.cfg
-        d, hd, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-        q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
-        shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, d),
-                                              "model.norm.weight": (d,), "lm_head.weight": (cfg.vocab_size, d)}
-        for i in range(cfg.num_layers):
-            pre = f"model.layers.{i}."
-            shapes.update({pre + "input_layernorm.weight": (d,), pre + "post_attention_layernorm.weight": (d,),
-                           pre + "self_attn.q_proj.weight": (q, d), pre + "self_attn.k_proj.weight": (kv, d),
-                           pre + "self_attn.v_proj.weight": (kv, d), pre + "self_attn.o_proj.weight": (d, q),
-                           pre + "mlp.gate_proj.weight": (inter, d), pre + "mlp.up_proj.weight": (inter, d),
-                           pre + "mlp.down_proj.weight": (d, inter)})
-            if cfg.attention_bias:
-                shapes.update({pre + "self_attn.q_proj.bias": (q,), pre + "self_attn.k_proj.bias": (kv,),
-                               pre + "self_attn.v_proj.bias": (kv,)})
-        return shapes
+        """Every Hugging Face weight name :meth:`load_hf_state_dict` reads, with its shape."""
+        return hf_shapes(self.cfg)
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load Hugging Face-named weights (fusing q/k/v and gate/up)."""

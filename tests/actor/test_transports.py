@@ -61,8 +61,9 @@ async def test_actors_exchange_messages(transport: str) -> None:
         else:
             await system.spawn(ActorSpec(name="echo", cls=class_path(Echo)))
             assert system.pid("echo") != system.pid("collector")
+        # (an Error is never answered, so not echoed either)
         control = (p.Ping, p.Pong, p.Stop, p.Goodbye, p.GoodbyeAck, p.PeerDirectory, p.PeerDown, p.Ready, p.Heartbeat,
-                   p.StatsRequest, p.DirectoryAck)
+                   p.StatsRequest, p.DirectoryAck, p.Error)
         for kind, msg in EXAMPLES.items():
             if kind in control:
                 continue

@@ -153,5 +153,5 @@ async def test_update_from_a_checkpoint_path_aborting_in_flight(daemon, tiny_mod
         with pytest.raises(RemoteError, match="not newer"):
             await client.update_weights(path=str(path), version=7)
         with pytest.raises(RemoteError, match="missing"):
-            await client.update_weights({"model.norm.weight": torch.ones(576)})
+            await client.update_weights({"model.norm.weight": torch.ones(64)})  # the right shape, alone
         assert (await client.health())["policy_version"] == 7  # refused updates change nothing

@@ -67,13 +67,21 @@ MALFORMED: list[tuple[str, object, str | None]] = [
      {"kind": "weights_chunk", "call_id": 0, "chunk": p.WeightsChunk(
          update_id="u3", name="evil.weight", dtype="float32", shape=[2], offset=0, total=8, data=b"\x00" * 8)}, None),
     ("commit of the unknown tensor", {"kind": "commit_weights", "call_id": 29, "update_id": "u3"},
-     "unknown weight(s), e.g. 'evil.weight'"),
+     "'evil.weight' is not a weight of this model"),
     ("chunk whose size disagrees with its shape",
      {"kind": "weights_chunk", "call_id": 0, "chunk": p.WeightsChunk(
-         update_id="u4", name="model.norm.weight", dtype="float32", shape=[576], offset=0, total=8,
+         update_id="u4", name="model.norm.weight", dtype="float32", shape=[64], offset=0, total=8,
          data=b"\x00" * 8)}, None),
     ("commit of the inconsistent chunk", {"kind": "commit_weights", "call_id": 31, "update_id": "u4"},
-     "does not match float32 [576]"),
+     "does not match float32 [64]"),
+    ("chunk of a tensor bigger than the model's",
+     {"kind": "weights_chunk", "call_id": 0, "chunk": p.WeightsChunk(
+         update_id="u6", name="model.norm.weight", dtype="float32", shape=[50 << 30], offset=0, total=200 << 30,
+         data=b"")}, None),
+    ("commit of the huge tensor", {"kind": "commit_weights", "call_id": 33, "update_id": "u6"},
+     "the model needs [64]"),
+    ("reserved request id", _generate(34, request_ids=["*"]), "reserved"),
+    ("more samples than the daemon takes", _generate(35, sampling_params=_params(n=2**62)), "samples"),
     ("checkpoint path that does not exist", {"kind": "commit_weights", "call_id": 32, "update_id": "u5",
                                              "path": "/nonexistent/ckpt"}, "neither a .safetensors file"),
 ]

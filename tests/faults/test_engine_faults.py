@@ -1,0 +1,184 @@
+"""RolloutEngine under faults (real processes, the tiny model with the real tokenizer): a verifier
+SIGKILLed mid-rollout is restarted and every request comes out token-identical, after a weight
+update too; a corrupt checkpoint is a named error and the engine serves on; hostile sizes are
+refused before anything is allocated; aborted requests leave nothing behind in the policy."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.protocol import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [[1, 9690, 198, 30, 31], [1, 44, 45, 46], [1, 2, 3, 4, 5, 6]]
+IDS = ["a", "b", "c"]
+
+
+def _config(tiny_checkpoint, **overrides) -> EngineConfig:
+    return EngineConfig(**{"model": str(tiny_checkpoint), "mode": "autoregressive", "max_batch": 4, "max_len": 512,
+                           **overrides})
+
+
+async def _undisturbed(tiny_checkpoint, params: SamplingParams, update=None, **overrides) -> dict[str, list[int]]:
+    async with RolloutEngine(_config(tiny_checkpoint, **overrides)) as engine:
+        if update is not None:
+            await engine.update_weights(update)
+        results = await engine.generate(PROMPTS, params, request_ids=IDS)
+    return {r.request_id: r.token_ids for r in results}
+
+
+async def _kill_mid_rollout(engine: RolloutEngine, task: asyncio.Future, name: str = "verifier") -> None:
+    pid = engine.system.pid(name)
+    for _ in range(600):  # until it has really worked on them (bounded)
+        if task.done() or (await engine.stats()).get("verifier", {}).get("steps", 0) >= 20:
+            break
+        await asyncio.sleep(0.05)
+    assert not task.done(), "the rollout finished before the kill"
+    os.kill(pid, signal.SIGKILL)
+
+
+def _perturbed(state: dict) -> dict:
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in state.items()}
+
+
+@pytest.mark.parametrize("mode, drafters", [("autoregressive", ["ngram"]), ("specactor", ["ngram", "suffix"])])
+async def test_a_verifier_killed_mid_rollout_is_restarted_and_nothing_differs(tiny_checkpoint, session_cache,
+                                                                              monkeypatch, events_file, mode,
+                                                                              drafters) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    params = SamplingParams(temperature=1.0, max_tokens=400, seed=5, n=2)
+    reference = await _undisturbed(tiny_checkpoint, params, mode=mode, drafters=drafters)
+    async with RolloutEngine(_config(tiny_checkpoint, mode=mode, drafters=drafters)) as engine:
+        task = asyncio.ensure_future(engine.generate(PROMPTS, params, request_ids=IDS))
+        await _kill_mid_rollout(engine, task)
+        results = await asyncio.wait_for(task, 300)
+        health = await engine.health()
+        assert engine.system.restarts == {"verifier": 1} and health["ok"] and health["verifier"] == "up"
+        again = await engine.generate(PROMPTS[:1], params, request_ids=["after"])  # it serves on
+    assert all(r.finish_reason != "error" for r in results), [r.error for r in results]
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert len(again) == 2 and all(r.token_ids for r in again)
+    recovered = [e for e in events_file() if e["event"] == "coordinator.verifier_recovered"]
+    assert recovered and recovered[0]["ok"] and recovered[0]["requests"] == 6
+
+
+async def test_a_restarted_verifier_gets_the_running_weights_back(tiny_checkpoint, session_cache, monkeypatch,
+                                                                  tiny_model) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    from specactor.weight_update import read_checkpoint
+
+    update = _perturbed(read_checkpoint(tiny_checkpoint))
+    params = SamplingParams(temperature=1.0, max_tokens=400, seed=9, n=2)
+    reference = await _undisturbed(tiny_checkpoint, params, update=update)
+    base = await _undisturbed(tiny_checkpoint, params)
+    assert reference != base  # the update changes the tokens: a restart on the base weights would show
+    async with RolloutEngine(_config(tiny_checkpoint)) as engine:
+        await engine.update_weights(update)
+        task = asyncio.ensure_future(engine.generate(PROMPTS, params, request_ids=IDS))
+        await _kill_mid_rollout(engine, task)
+        results = await asyncio.wait_for(task, 300)
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert {r.policy_version for r in results} == {1}
+
+
+async def test_repeated_verifier_deaths_fail_every_request_and_health_says_why(tiny_checkpoint, session_cache,
+                                                                               monkeypatch) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    params = SamplingParams(temperature=1.0, max_tokens=400, seed=5)
+    async with RolloutEngine(_config(tiny_checkpoint, max_restarts=1)) as engine:
+        task = asyncio.ensure_future(engine.generate(PROMPTS, params, request_ids=IDS))
+        await _kill_mid_rollout(engine, task)
+        for _ in range(400):  # the restarted one
+            if engine.system.restarts.get("verifier") == 1 and "verifier" not in engine.system.down:
+                break
+            await asyncio.sleep(0.05)
+        os.kill(engine.system.pid("verifier"), signal.SIGKILL)
+        results = await asyncio.wait_for(task, 60)
+        health = await engine.health()
+        late = await asyncio.wait_for(engine.generate([1, 2, 3], params, request_id="late"), 30)
+    assert all(r.finish_reason == "error" and "verifier" in r.error for r in results)
+    assert not health["ok"] and health["verifier"].startswith("down") and "verifier" in health["down"]
+    assert late.finish_reason == "error" and "not running" in late.error
+
+
+async def test_a_killed_model_drafter_is_restarted_and_nothing_differs(tiny_checkpoint, session_cache,
+                                                                       monkeypatch) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    params = SamplingParams(temperature=1.0, max_tokens=300, seed=5, n=2)
+    overrides = dict(mode="coupled", drafters=["model"])
+    reference = await _undisturbed(tiny_checkpoint, params)
+    async with RolloutEngine(_config(tiny_checkpoint, **overrides)) as engine:
+        task = asyncio.ensure_future(engine.generate(PROMPTS, params, request_ids=IDS))
+        await _kill_mid_rollout(engine, task, "draft-model")
+        results = await asyncio.wait_for(task, 300)
+        for _ in range(400):
+            if engine.system.restarts.get("draft-model") == 1 and "draft-model" not in engine.system.down:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.system.restarts == {"draft-model": 1}
+        again = await engine.generate(PROMPTS, params, request_ids=IDS)  # the new drafter drafts
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert {r.request_id: r.token_ids for r in again} == reference
+    assert sum(r.stats.drafted for r in again) > 0
+
+
+async def test_a_corrupt_checkpoint_is_a_named_error_and_the_engine_serves_on(tiny_checkpoint, session_cache,
+                                                                              monkeypatch, tmp_path) -> None:
+    """A trainer still writing its checkpoint: safetensors raises its own error, which used to kill
+    the step loop while the verifier still answered heartbeats."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    params = SamplingParams(temperature=1.0, max_tokens=20, seed=5)
+    good = (tiny_checkpoint / "model.safetensors").read_bytes()
+    corrupt = tmp_path / "half-written.safetensors"
+    corrupt.write_bytes(good[: len(good) // 3])
+    reference = await _undisturbed(tiny_checkpoint, params)
+    async with RolloutEngine(_config(tiny_checkpoint)) as engine:
+        with pytest.raises(ValueError, match="weight update rejected: .*"):
+            await engine.update_weights(path=str(corrupt))
+        assert engine.version == 0 and engine.system.restarts == {}
+        results = await asyncio.wait_for(engine.generate(PROMPTS, params, request_ids=IDS), 120)
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert {r.policy_version for r in results} == {0}
+
+
+async def test_hostile_sizes_are_refused_at_once(tiny_checkpoint, session_cache, monkeypatch) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    async with RolloutEngine(_config(tiny_checkpoint, max_in_flight=8)) as engine:
+        with pytest.raises(ValueError, match=r"asks for 4611686018427387904 samples .* at most 8"):
+            await asyncio.wait_for(engine.submit([[1, 2, 3]], SamplingParams(n=2**62)), 5)
+        with pytest.raises(ValueError, match="reserved"):
+            await engine.submit([[1, 2, 3]], SamplingParams(max_tokens=2), request_ids=["*"])
+        held = await engine.submit([[1, 2, 3]], SamplingParams(max_tokens=50, n=6))
+        with pytest.raises(ValueError, match="with 6 in flight"):
+            await engine.submit([[1, 2, 3]], SamplingParams(max_tokens=2, n=3))
+        await asyncio.gather(*(future for _, future in held))
+        assert len(engine.coordinator.pending) == 0 and len(engine.coordinator.jobs) == 0
+
+
+async def test_aborted_requests_leave_nothing_in_the_policy_or_the_verifier(tiny_checkpoint, session_cache,
+                                                                            monkeypatch) -> None:
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    config = _config(tiny_checkpoint, mode="specactor", drafters=["ngram", "suffix"], processes=False,
+                     transport="inproc")
+    async with RolloutEngine(config) as engine:
+        submitted = await engine.submit(PROMPTS, SamplingParams(temperature=1.0, max_tokens=400, n=2),
+                                        request_ids=IDS)
+        await asyncio.sleep(0.5)
+        for request_id, _ in submitted:
+            await engine.abort(request_id)
+        results = await asyncio.wait_for(asyncio.gather(*(f for _, f in submitted)), 60)
+        await asyncio.sleep(0.5)
+        policy = engine.system._members["policy"].actor
+        verifier = engine.system._members["verifier"].actor
+        assert {r.finish_reason for r in results} <= {"abort", "length", "stop"}
+        assert policy.fon.requests == {} and policy.current == {}
+        assert verifier.assignments.keys() <= {"*"} and verifier.drafters == {} and verifier.reply_to == {}
