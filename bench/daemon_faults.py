@@ -42,14 +42,22 @@ SHORT = SamplingParams(temperature=1.0, max_tokens=4)
 
 
 def tree_rss_mb(pid: int) -> float:
+    return sum(process_rss_mb(pid).values())
+
+
+def process_rss_mb(pid: int) -> dict[str, float]:
+    """RSS of the daemon's process and of each child, by the actor it serves."""
     proc = psutil.Process(pid)
-    total = 0
+    out = {}
     for p in [proc, *proc.children(recursive=True)]:
         try:
-            total += p.memory_info().rss
+            cmd = " ".join(p.cmdline())
+            name = "daemon" if p.pid == pid else next(
+                (n for n in ("verifier", "draft-model", "draft-learned") if f'"name":"{n}"' in cmd), str(p.pid))
+            out[name] = out.get(name, 0.0) + p.memory_info().rss / 2**20
         except psutil.NoSuchProcess:
             pass
-    return total / 2**20
+    return out
 
 
 async def wave(endpoint: str, index: int) -> int:
@@ -83,16 +91,19 @@ async def memory(endpoint: str, pid: int, total: int) -> dict:
         if issued >= 200 and "after_200" not in readings:
             await asyncio.sleep(5)  # disconnected clients reaped (--client-timeout 2)
             readings["after_200"] = (issued, tree_rss_mb(pid))
+            by_process = {"after_200": process_rss_mb(pid)}
             print(f"  {issued} requests: {readings['after_200'][1]:.1f} MB", flush=True)
         if index % 20 == 0:
             print(f"  {issued} requests ...", flush=True)
     await asyncio.sleep(5)
     readings["after_all"] = (issued, tree_rss_mb(pid))
+    by_process["after_all"] = process_rss_mb(pid)
     async with RolloutClient(endpoint) as client:
         health = await client.health()
         stats = await client.stats()
     return {"requests": issued, "rss_mb": {k: round(v[1], 1) for k, v in readings.items()},
             "growth_mb": round(readings["after_all"][1] - readings["after_200"][1], 1),
+            "by_process_mb": {k: {n: round(v, 1) for n, v in d.items()} for k, d in by_process.items()},
             "in_flight_after": health["in_flight"], "verifier_requests_after": stats["verifier"]["requests"]}
 
 
@@ -161,19 +172,23 @@ async def main(args: argparse.Namespace) -> dict:
 
     tok = Tokenizer(resolve_model(None))
     prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(8)]
-    daemon = DaemonProcess.start("--mode", "specactor", "--client-timeout", "2", "--max-len", "1024")
+    daemon = DaemonProcess.start("--mode", args.mode, "--client-timeout", "2", "--max-len", "1024")
     try:
         out: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.machine()} {os.cpu_count()} cores",
                      "command": " ".join(["python", *sys.argv])}
-        print("memory ...", flush=True)
-        out["memory"] = await memory(daemon.endpoint, daemon.proc.pid, args.requests)
-        print(json.dumps(out["memory"]), flush=True)
-        print("hostile calls ...", flush=True)
-        out["fuzz"] = await fuzz(daemon.endpoint, args.fuzz, prompts[0])
-        print(json.dumps(out["fuzz"]), flush=True)
-        print("verifier kill ...", flush=True)
-        out["recovery"] = await recovery(daemon.endpoint, prompts)
-        print(json.dumps(out["recovery"]), flush=True)
+        parts = args.parts.split(",")
+        if "memory" in parts:
+            print("memory ...", flush=True)
+            out["memory"] = await memory(daemon.endpoint, daemon.proc.pid, args.requests)
+            print(json.dumps(out["memory"]), flush=True)
+        if "fuzz" in parts:
+            print("hostile calls ...", flush=True)
+            out["fuzz"] = await fuzz(daemon.endpoint, args.fuzz, prompts[0])
+            print(json.dumps(out["fuzz"]), flush=True)
+        if "recovery" in parts:
+            print("verifier kill ...", flush=True)
+            out["recovery"] = await recovery(daemon.endpoint, prompts)
+            print(json.dumps(out["recovery"]), flush=True)
     finally:
         daemon.stop()
     return out
@@ -183,6 +198,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--fuzz", type=int, default=1000)
+    parser.add_argument("--parts", default="memory,fuzz,recovery", help="which of memory, fuzz, recovery to run")
+    parser.add_argument("--mode", default="specactor", help="the daemon's --mode")
     parser.add_argument("--out", default="bench/results/daemon_faults.json")
     args = parser.parse_args()
     result = asyncio.run(main(args))

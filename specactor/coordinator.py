@@ -39,6 +39,10 @@ from specactor.models import DEFAULT_MODEL
 from specactor.requests import Job, Params, expand, normalise
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
+#: weight-update bytes in flight to a holder, at most (about; see RolloutEngine.send_weights_chunk)
+WEIGHT_SYNC_BYTES = 128 << 20
+
+
 class Coordinator(Actor):
     """Routes requests to the verifier and drafters and collects results."""
 
@@ -55,6 +59,8 @@ class Coordinator(Actor):
         #: loads the running weights into it); an exception fails every pending request
         self.restore: Callable[[], Awaitable[None]] | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._pongs: dict[int, asyncio.Future[None]] = {}
+        self._ping_seq = 0
 
     async def control(self, peers: list[str], make: Any, ref: str, timeout_s: float | None = None) -> list[p.ControlAck]:
         """Send ``make(ref)`` to each peer and wait for every ControlAck (a dead peer answers not ok)."""
@@ -71,6 +77,23 @@ class Coordinator(Actor):
         finally:
             for peer in peers:
                 self.acks.pop((peer, ref), None)
+
+    async def caught_up(self, peer: str, timeout_s: float = 120.0) -> bool:
+        """True once ``peer`` has handled everything we sent it so far (a Ping behind it came back;
+        one pipe keeps its order); False if it is not running or did not answer in time."""
+        self._ping_seq += 1
+        seq = self._ping_seq
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pongs[seq] = waiter
+        try:
+            if not await self.send(peer, p.Ping(seq=seq, sent_ns=0)):
+                return False
+            await asyncio.wait_for(waiter, timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._pongs.pop(seq, None)
 
     async def submit(self, request_id: str, prompt_ids: list[int], params: p.SamplingParams) -> asyncio.Future:
         if request_id in self.pending:
@@ -117,6 +140,10 @@ class Coordinator(Actor):
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, p.RequestResult):
             self._resolve(msg)
+        elif isinstance(msg, p.Pong):
+            waiter = self._pongs.pop(msg.seq, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         elif isinstance(msg, p.ControlAck):
             future = self.acks.get((sender, msg.ref))
             if future is not None and not future.done():
@@ -193,6 +220,7 @@ class RolloutEngine:
         self._running_update: tuple[str, list[p.WeightsChunk]] | None = None
         self._staging: dict[str, list[p.WeightsChunk]] = {}  # the chunks of the update being sent
         self._weight_shapes: dict[str, tuple[int, ...]] = {}  # the model's, known once started
+        self._unsynced_bytes = 0  # weight bytes sent since the holders last caught up
         self.coordinator.restore = self._restore_weights
         self._events_before: str | None = None
 
@@ -363,6 +391,12 @@ class RolloutEngine:
                 kept.append(chunk)
         for holder in self._weight_holders:
             await self.coordinator.send(holder, chunk)
+        # ZeroMQ bounds its queues in messages, not bytes (1000 chunks of 8 MB would be 8 GB): every
+        # WEIGHT_SYNC_BYTES, wait until each holder has taken what was sent (a daemon's client waits too)
+        self._unsynced_bytes += len(chunk.data)
+        if self._unsynced_bytes >= WEIGHT_SYNC_BYTES:
+            self._unsynced_bytes = 0
+            await asyncio.gather(*(self.coordinator.caught_up(holder) for holder in self._weight_holders))
 
     async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
                              path: str | None = None) -> int:

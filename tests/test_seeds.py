@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from specactor.protocol import SamplingParams
-from specactor.requests import expand, normalise
+from specactor.requests import RESERVED_REQUEST_IDS, expand, normalise
 from specactor.seeds import derive_seed, sample_seed
 
-ids = st.text(min_size=1, max_size=12)
+ids = st.text(min_size=1, max_size=12).filter(lambda s: s not in RESERVED_REQUEST_IDS)  # "*" is refused
 
 
 def _seeds(prompts: list[list[int]], params, request_ids, default_seed: int = 0) -> dict[str, int]:

@@ -108,11 +108,13 @@ class Actor:
         assert self._mailbox is not None, "actor is not serving"
         return self._mailbox.address
 
-    async def send(self, peer: str, msg: p._Msg) -> bool:
+    async def send(self, peer: str, msg: p._Msg, *, timeout_s: float | None = -1.0) -> bool:
         """Send ``msg`` to ``peer``; wait while its queue is full (backpressure).
 
-        Returns False, with an event, when the peer is unknown, dead, or we
-        have already said Goodbye (shutdown), or the send timed out.
+        ``timeout_s``: how long to wait for room (default: the actor's ``send_timeout_s``;
+        0: drop at once if the queue is full, for advisory messages that must not hold
+        the sender up). Returns False, with an event, when the peer is unknown, dead, or
+        we have already said Goodbye (shutdown), or the send timed out.
         """
         assert self._mailbox is not None, "actor is not serving"
         address = self.directory.get(peer)
@@ -123,7 +125,8 @@ class Actor:
         if self._said_goodbye and not isinstance(msg, (p.Goodbye, p.GoodbyeAck)):
             self.log.debug("actor.send_dropped", peer=peer, kind=type(msg).__name__)
             return False
-        timeout_ms = None if self.send_timeout_s is None else int(self.send_timeout_s * 1000)
+        limit = self.send_timeout_s if timeout_s is not None and timeout_s < 0 else timeout_s
+        timeout_ms = None if limit is None else int(limit * 1000)
         sent = await self._mailbox.send(peer, address, p.frames(self.name, msg), timeout_ms)
         if not sent:
             self.log.warning("actor.send_dropped", peer=peer, kind=type(msg).__name__)

@@ -23,7 +23,8 @@ import sys
 
 import msgspec
 
-PARENT_ENV = "SPECACTOR_PARENT_PID"
+from specactor.actor.spec import PARENT_ENV
+
 _PR_SET_PDEATHSIG = 1
 
 

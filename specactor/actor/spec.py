@@ -7,6 +7,9 @@ from typing import Any
 
 import msgspec
 
+#: the environment variable that tells a child process which process started it (it dies with it)
+PARENT_ENV = "SPECACTOR_PARENT_PID"
+
 
 class ActorSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Everything a child process needs to build and run one actor.

@@ -41,8 +41,7 @@ import zmq
 from specactor import protocol as p
 from specactor.actor.actor import SUPERVISOR, Actor
 from specactor.actor.address import AddressAllocator, Transport, check_name
-from specactor.actor.child import PARENT_ENV
-from specactor.actor.spec import ActorSpec
+from specactor.actor.spec import PARENT_ENV, ActorSpec
 from specactor.events import events_path, get_logger
 
 

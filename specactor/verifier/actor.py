@@ -86,8 +86,10 @@ class VerifyActor(Actor):
         self._update: tuple[str, p.WeightsCommit] | None = None  # committed, waiting for running requests
         self._held: list[tuple[str, p.Message]] = []  # requests that arrived during an update
         self._finished_ids: OrderedDict[str, None] = OrderedDict()  # the last FINISHED_IDS to finish
+        self._steps_since_trim = 0
+        self._policy_forget: list[str] = []  # finished in a VerdictBatch the policy's full inbox dropped
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
-                                        "waited_s": 0.0}
+                                        "waited_s": 0.0, "dropped_to_policy": 0}
 
     async def on_start(self) -> None:
         def load() -> Verifier:
@@ -333,7 +335,11 @@ class VerifyActor(Actor):
             if not verifier.has_work or self.paused:
                 self._wake.clear()
                 if not self._inbox:
-                    await self._wake.wait()
+                    if self._steps_since_trim:  # going idle: give the pages freed since back (a forward's
+                        self._steps_since_trim = 0  # buffers vary with batch and context; glibc keeps them)
+                        await self.run_blocking(release_freed_memory)
+                    if not self._inbox and not self._wake.is_set():
+                        await self._wake.wait()
                 continue
             t_wait = time.perf_counter()
             if self.coupled:
@@ -346,6 +352,7 @@ class VerifyActor(Actor):
             verified = _per_method(report.verdicts)  # before retire() adds the unverified drafts' scores
             verifier.retire(report)
             self.stats["steps"] += 1
+            self._steps_since_trim += 1
             self.stats["tokens"] += report.new_tokens
             self.stats["drafted"] += report.drafted
             self.stats["accepted"] += report.accepted
@@ -369,8 +376,15 @@ class VerifyActor(Actor):
             await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
                                                     batch_size=report.batch_size))
         if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
-            await self.send(self.policy, p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
-                                                        batch_size=report.batch_size))
+            # advisory: a policy whose loop stops reading (it lives in the caller's process) must not
+            # stall verification; it plans on the next batch that gets through
+            if not await self.send(self.policy, p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
+                                                               batch_size=report.batch_size), timeout_s=0):
+                self.stats["dropped_to_policy"] += 1  # what finished in it must still be forgotten there:
+                self._policy_forget.extend(v.request_id for v in report.verdicts if v.finished)
+            while self._policy_forget and await self.send(
+                    self.policy, p.Untrack(request_id=self._policy_forget[0]), timeout_s=0):
+                self._policy_forget.pop(0)
         for seq in report.finished:
             await self._result(seq)
         done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)] \

@@ -59,3 +59,21 @@ async def test_slow_consumer_applies_backpressure_not_memory_growth() -> None:
         # the producer is blocked on sending, not dead
         assert system.live() == ["slow", "producer"]
         await system.stop("producer", timeout_s=0.5)
+
+
+async def test_an_advisory_send_to_a_full_peer_is_dropped_at_once_not_waited_for() -> None:
+    """The verifier's VerdictBatches to the policy (which lives in the caller's process) use this:
+    a caller whose loop stops reading must not stall verification."""
+    import time
+
+    from specactor.actor.probes import Collector
+
+    async with ActorSystem("inproc") as system:
+        stuck = Collector("stuck", delay_s=3600, hwm=4)  # handles one message, then never again
+        sender = Collector("sender", hwm=4)
+        await system.spawn(stuck)
+        await system.spawn(sender)
+        started = time.monotonic()
+        results = [await sender.send("stuck", p.Payload(seq=i), timeout_s=0) for i in range(200)]
+        assert time.monotonic() - started < 5.0
+        assert results[0] and not all(results) and results.count(True) < 50

@@ -182,3 +182,30 @@ async def test_aborted_requests_leave_nothing_in_the_policy_or_the_verifier(tiny
         assert {r.finish_reason for r in results} <= {"abort", "length", "stop"}
         assert policy.fon.requests == {} and policy.current == {}
         assert verifier.assignments.keys() <= {"*"} and verifier.drafters == {} and verifier.reply_to == {}
+
+
+async def test_weight_chunks_in_flight_are_bounded_in_bytes(tiny_checkpoint, session_cache, monkeypatch) -> None:
+    """ZeroMQ counts messages, not bytes: every WEIGHT_SYNC_BYTES the engine waits until each holder
+    has taken what it was sent, and the update still lands whole."""
+    import specactor.coordinator as coordinator
+    from specactor.weight_update import read_checkpoint
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    monkeypatch.setattr(coordinator, "WEIGHT_SYNC_BYTES", 64 << 10)
+    update = _perturbed(read_checkpoint(tiny_checkpoint))
+    params = SamplingParams(temperature=1.0, max_tokens=20, seed=2)
+    reference = await _undisturbed(tiny_checkpoint, params, update=update)
+    synced = []
+    async with RolloutEngine(_config(tiny_checkpoint)) as engine:
+        real = engine.coordinator.caught_up
+
+        async def counted(peer: str, timeout_s: float = 120.0) -> bool:
+            synced.append(await real(peer, timeout_s))
+            return synced[-1]
+
+        engine.coordinator.caught_up = counted
+        total = sum(t.numel() * t.element_size() for t in update.values())
+        await engine.update_weights(update, chunk_bytes=16 << 10)
+        results = await engine.generate(PROMPTS, params, request_ids=IDS)
+    assert len(synced) >= total // (64 << 10) - 1 and all(synced)
+    assert {r.request_id: r.token_ids for r in results} == reference
