@@ -4,11 +4,15 @@ how many tokens per second a choice of method, window and mode buys.
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in
 the engine's profile: this machine's, measured once at start-up and cached
 (:mod:`specactor.policy.profiling`), else the packaged one (the default model
-on another 2-core CPU), corrected online by exponentially weighted ratios of
-measured to predicted step times: one for plain steps (the profile's scale),
-one for what drafts add to a step (its shape, which the decisions hang on). Two
-scalars cannot fix every error of a profile from another machine: hence the
-per-machine one.
+on another 2-core CPU), corrected online in two parts: plain steps by an exponentially weighted ratio
+of measured to predicted time (the profile's scale), and what drafts add to a
+step by a fit per profiled batch size (:class:`DraftOverhead`: a fixed cost
+of having drafts at all, plus a scale on what the profile says they add). The
+second part decides whether to speculate, and its error depends on the batch:
+on the 2-core AVX2 machine one drafted token in a batch of 32 adds 15-90 ms
+where the profile says 0-4 ms, while at batch 4 the profile is near the truth;
+one scalar learnt in the large-batch phase made the tail (where speculation
+pays) draft 1-token windows at 100% acceptance.
 Drafting time per token ``D(b) = b*D' + alpha`` is learnt per method from the
 drafters' own timings.
 
@@ -122,6 +126,56 @@ class DraftCost:
         self.samples += 1
 
 
+@dataclass
+class DraftOverhead:
+    """What drafts add to a step at one profiled batch size, learnt from measured steps:
+    ``added = fixed + scale * profiled`` (a drafting row's attention part has a fixed cost
+    that the profile may get wrong by more than its per-token cost). A ridge fit pulled
+    towards the profile (fixed 0, scale 1) by ``fixed_prior`` observations and, for the
+    scale, ``scale_prior`` observations whose drafts the profile says add a quarter of a
+    decode step, on exponentially discounted sums: a few noisy steps cannot swing it, a
+    machine that changes is followed, and steps whose drafts the profile says cost next to
+    nothing inform the fixed cost rather than the scale."""
+
+    fixed_prior: float = 1.0
+    scale_prior: float = 4.0
+    decay: float = 0.98
+    n: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+
+    def observe(self, profiled: float, measured: float, weight: float = 1.0) -> None:
+        """One drafting step: the profile said it adds ``profiled`` seconds, it added ``measured``."""
+        if weight <= 0:
+            return
+        d = self.decay ** weight
+        self.n = self.n * d + weight
+        self.sx = self.sx * d + weight * profiled
+        self.sy = self.sy * d + weight * measured
+        self.sxx = self.sxx * d + weight * profiled * profiled
+        self.sxy = self.sxy * d + weight * profiled * measured
+
+    def fit(self, decode_s: float) -> tuple[float, float]:
+        """(fixed seconds, scale) for a batch whose decode step takes ``decode_s``: the
+        regularised least-squares fit, fixed in [0, 2 decode steps] and scale in [0.25, 8]."""
+        if self.n <= 0:
+            return 0.0, 1.0
+        max_fixed = 2.0 * decode_s
+        prior = self.scale_prior * (0.25 * decode_s) ** 2
+        a11, a12, a22 = self.n + self.fixed_prior, self.sx, self.sxx + prior
+        b1, b2 = self.sy, self.sxy + prior
+        det = a11 * a22 - a12 * a12
+        fixed, scale = (b1 * a22 - a12 * b2) / det, (a11 * b2 - a12 * b1) / det
+        if not (0.0 <= fixed <= max_fixed and 0.25 <= scale <= 8.0):
+            # the best fit with one of them held at its bound: the other one given it
+            fixed = min(max(fixed, 0.0), max_fixed)
+            scale = min(max((b2 - a12 * fixed) / a22, 0.25), 8.0)
+            fixed = min(max((b1 - a12 * scale) / a11, 0.0), max_fixed)
+        return fixed, scale
+
+
 #: Defaults before a method has reported any timing (seconds per token, 2-core CPU, 135M model).
 DEFAULT_DRAFT_COSTS = {
     "ngram": DraftCost(per_row_s=2e-5, fixed_s=5e-5),
@@ -148,15 +202,20 @@ class StepCosts:
         self.one_row = None if cost.one_row_s is None or batch <= 1 else \
             [min(column(cost.one_row_s, ci), u) for ci, u in enumerate(self.uniform)]
         self.decode = _interp(self.chunks, self.uniform, 1.0)
-        self.extra_scale = cost.extra_correction
+        self.draft_fixed, self.extra_scale = cost.overhead_at(batch, self.decode)
         self.memo: dict[float, float] = {}  # fed -> uniform verify seconds, for callers that repeat themselves
 
     def verify(self, fed: float, rows: float | None = None) -> float:
         """Seconds of one forward fed ``fed`` tokens in all, ``rows`` of the rows verifying
         drafts (None: the tokens spread evenly over every row, the profile's own shape): a
-        plain step, plus what the drafts add, each with its own online correction."""
+        plain step, plus what the drafts add (their fixed cost and the profile's added time,
+        as learnt at this batch size)."""
         plain = self.decode
-        return plain + self.extra_scale * (self._verify(fed, rows) - plain)
+        added = self._verify(fed, rows) - plain
+        if fed <= self.batch + 1e-9:
+            return plain + added
+        drafting = 1.0 if rows is None else min(max(rows, 0.0), 1.0)  # rows < 1: drafts on a share of steps
+        return plain + drafting * self.draft_fixed + self.extra_scale * added
 
     def _verify(self, fed: float, rows: float | None = None) -> float:
         b = self.batch
@@ -205,9 +264,9 @@ class CostModel:
     chunk_lens: list[int]
     forward_s: list[list[float]]  # [batch index][chunk index], median seconds, every row fed the chunk
     correction: float = 1.0  # measured / profiled plain decode steps (online)
-    #: measured / profiled time that drafts add to a step (online): the profile's shape can be off
-    #: by more than its scale (on the 2-core AVX2 machine drafts at batch 10 cost twice what it said)
-    extra_correction: float = 1.0
+    #: what drafts add to a step, learnt per profiled batch size (online): the profile's shape can
+    #: be off by more than its scale, and by different amounts at different batch sizes
+    overheads: list[DraftOverhead] = field(default_factory=list)
     draft: dict[str, DraftCost] = field(default_factory=dict)
     #: [batch index][chunk index]: one row fed the chunk, the others one token (optional)
     one_row_s: list[list[float]] | None = None
@@ -266,7 +325,7 @@ class CostModel:
         learnt so far stay, and the online correction starts afresh."""
         self.batch_sizes, self.chunk_lens, self.forward_s = other.batch_sizes, other.chunk_lens, other.forward_s
         self.one_row_s, self.source, self.correction = other.one_row_s, other.source, 1.0
-        self.extra_correction = 1.0
+        self.overheads = []
 
     # ------------------------------------------------------------------ verify
 
@@ -278,6 +337,29 @@ class CostModel:
 
     def at_batch(self, batch: int) -> StepCosts:
         return StepCosts(self, batch)
+
+    def _neighbours(self, batch: int) -> list[tuple[int, float]]:
+        """The profiled batch sizes around ``batch`` with their weights (linear in log batch)."""
+        sizes = self.batch_sizes
+        if len(self.overheads) != len(sizes):
+            self.overheads = [DraftOverhead() for _ in sizes]
+        if batch <= sizes[0]:
+            return [(0, 1.0)]
+        if batch >= sizes[-1]:
+            return [(len(sizes) - 1, 1.0)]
+        i = bisect.bisect_right(sizes, batch) - 1
+        if sizes[i] == batch:
+            return [(i, 1.0)]
+        t = math.log(batch / sizes[i]) / math.log(sizes[i + 1] / sizes[i])
+        return [(i, 1.0 - t), (i + 1, t)]
+
+    def overhead_at(self, batch: int, decode_s: float) -> tuple[float, float]:
+        """(fixed seconds, scale) of what drafts add to a step at ``batch`` (see :class:`DraftOverhead`)."""
+        fixed = scale = 0.0
+        for i, w in self._neighbours(batch):
+            f, s = self.overheads[i].fit(decode_s)
+            fixed, scale = fixed + w * f, scale + w * s
+        return fixed, scale
 
     def verify_rows_s(self, batch: int, fed: float, rows: float | None = None) -> float:
         """Predicted seconds of one forward over ``batch`` rows fed ``fed`` tokens in all, of which
@@ -294,10 +376,9 @@ class CostModel:
             if steps.decode > 0:
                 self.correction += weight * (seconds / (steps.decode / self.correction) - self.correction)
             return
-        added = (steps.verify(tokens, rows) - steps.decode) / self.extra_correction  # what the profile says
-        if added > 1e-6:
-            ratio = min(max((seconds - steps.decode) / added, 0.25), 8.0)
-            self.extra_correction += weight * (ratio - self.extra_correction)
+        profiled = steps._verify(tokens, rows) - steps.decode  # what the profile says the drafts add
+        for i, w in self._neighbours(batch):
+            self.overheads[i].observe(max(profiled, 0.0), seconds - steps.decode, w)
 
     # ------------------------------------------------------------------ draft
 
