@@ -31,7 +31,7 @@ class PolicyActor(Actor):
         self.methods = list(methods)
         self.cost = CostModel.from_profile(profile)
         self.fon = FastestOfN(self.methods, self.cost, max_window=max_window, racing=racing, scheme=scheme,
-                              seed=seed)
+                              round_steps=plan_every, seed=seed)
         self.current: dict[str, Choice] = {}
         self.default: Choice | None = None
         self.stats_every = stats_every
@@ -121,11 +121,12 @@ class PolicyActor(Actor):
     # ------------------------------------------------------------------ deciding
 
     async def _replan(self, batch: int, step: int) -> None:
-        plan = self.fon.plan(max(batch, 1))
+        plan = self.fon.plan(max(batch, 1), step=step)
         changes = []
         for rid, choice in plan.items():
             old = self.current.get(rid)
-            if choice.same_as(old) or (old is not None and set(old.methods) == set(choice.methods) and old.window
+            if choice.same_as(old) or (old is not None and set(old.methods) == set(choice.methods)
+                                       and old.window and choice.window
                                        and (old.decoupled, old.race) == (choice.decoupled, choice.race)
                                        and abs(old.window - choice.window) <= 1):
                 continue  # the same drafters with a window one token off: not worth a message
@@ -139,7 +140,7 @@ class PolicyActor(Actor):
             self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
                           window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
                           reason=choice.reason)
-        self._dormant = not any(choice.methods for choice in plan.values())
+        self._dormant = not any(choice.window for choice in plan.values())
         if changes:
             await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
         if step % self.stats_every == 0:

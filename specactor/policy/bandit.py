@@ -35,11 +35,21 @@ instead, when the batch allocation says the draw would pay; so a draw must pay
 for the step's extra cost (at large batch, all of it) to turn anything on. Its
 worst case (the draw was wrong: the extra time bought nothing) is bounded
 twice over: explorations are paid from a credit of step time that grows by
-``explore_budget`` of a step per plan (half a step's worth to start with, for
-the cold start), shortening windows and dropping explorers to fit; and a
+``explore_budget`` of a step per round (a plan, or ``round_steps`` steps when
+the caller plans less often: a policy that plans rarely while nothing pays
+must not starve its explorations), half a step's worth to start with, for the
+cold start, shortening windows and dropping explorers to fit; and a
 request that explored waits ``hold_rounds`` rounds before it may again, twice
 as long after each exploration that the mean did not confirm. An exploration
 lasts one step: the plan after it comes at once (``replan_soon``).
+
+Shadowing: in the tail (at most ``shadow_below`` of the peak requests left),
+a request that is off keeps its free methods drafting with window 0: nothing
+is verified, but the verifier scores their drafts against what each step
+commits. A request's acceptance can change as it goes (greedy code falls into
+repeating itself: ngram accepted 0 of its drafts early and 100% in the tail of
+the T=0 bench), and evidence for a request that is off otherwise only comes
+from explorations, which a global estimate near 0 never draws.
 
 Methods that cost almost nothing to run (prompt lookup, suffix matching) ride
 along on every speculating request: the verifier verifies the longest draft
@@ -126,13 +136,14 @@ class FastestOfN:
                  hold_rounds: int = 8, min_gain: float = 0.03, caution: float = 1.0, pool_weight: float = 8.0,
                  explore_share: float = 0.125, explore_budget: float = 0.01, explore_start: float = 0.5,
                  max_explore_gap: int = 256, explore_steps: int = 8, explore_window: int = 1,
-                 seed: int = 0) -> None:
+                 round_steps: int = 4, shadow: bool = True, shadow_below: float = 0.5, seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
         if scheme not in SCHEMES:
             raise ValueError(f"unknown bandit scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
         self.scheme = scheme
-        self.rounds = 0
+        self.rounds = 0.0  # plans made, or steps / round_steps where that is more (rounds time holds and gaps)
+        self.round_steps = max(1, round_steps)
         self.switch_margin = switch_margin
         self.hold_rounds = hold_rounds
         self.min_gain = min_gain  # speculation must beat plain decoding by this share, or it is off
@@ -158,6 +169,8 @@ class FastestOfN:
         self.racing = racing
         self.max_racers = max(1, max_racers)
         self.racing_below = racing_below
+        self.shadow, self.shadow_below = shadow, shadow_below
+        self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
         self.rng = random.Random(seed)
         self.global_arms = {m: Acceptance() for m in methods}
         self.requests: dict[str, _Request] = {}
@@ -262,16 +275,18 @@ class FastestOfN:
         scores it either way (full information for the bandit at no cost)."""
         return self.cost.draft_s(method, batch) * self.max_window < 0.15 * self.cost.verify_s(batch, 1)
 
-    def plan(self, batch: int | None = None) -> dict[str, Choice]:
-        """A choice for every request (batch = how many are running; default all known)."""
+    def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]:
+        """A choice for every request (batch = how many are running; default all known; step =
+        the verifier's step count, by which rounds pass while the caller plans rarely)."""
         batch = batch or len(self.requests) or 1
-        self.rounds += 1
+        before = self.rounds
+        self.rounds = max(self.rounds + 1, step / self.round_steps) if step is not None else self.rounds + 1
         steps = self.cost.at_batch(batch)
         free = [m for m in self.methods if self.is_free(m, batch)]
         ranked: dict[str, list[tuple[float, str, int]]] = {}
         picked: list[tuple[str, str, float, float, float, str]] = []  # rid, method, p to exploit, draw, q, why
         for rid, req in self.requests.items():
-            if self.primary.get(rid) == "":
+            if self.primary.get(rid) == "" and rid not in self.shadowed:
                 # off: nothing new is learnt of it, so its own evidence fades towards the global
                 # estimate; or a request that was unlucky early would stay off, and finish last
                 for arm in req.arms.values():
@@ -310,7 +325,7 @@ class FastestOfN:
         windows, speed = exploit, exploit_speed
         explorers: set[int] = set()
         if not self.replan_soon:  # credit grows with the regular plans, not the follow-ups of explorations
-            self.explore_credit = min(1.0, self.explore_credit + self.explore_budget)
+            self.explore_credit = min(1.0, self.explore_credit + self.explore_budget * (self.rounds - before))
         if eligible:
             # a few at a time; but while a method is barely known, every request may (one step's
             # evidence then serves them all, and a large batch may need many rows to pay at all)
@@ -345,6 +360,9 @@ class FastestOfN:
 
         plan: dict[str, Choice] = {}
         windows = list(windows)
+        shadowing = self.shadow and bool(free) and bool(self.peak_requests) \
+            and len(self.requests) <= self.shadow_below * self.peak_requests
+        self.shadowed = set()
         for i, (rid, method, sure, drawn, q, why) in enumerate(picked):
             req = self.requests[rid]
             window = windows[i]
@@ -370,6 +388,10 @@ class FastestOfN:
             if not window:
                 choice = Choice([], 0, self.decoupled, f"off: speculation does not pay at batch {batch} "
                                                        f"(best {method} p={sure:.2f}; plain {plain:.1f} tok/s)")
+                if shadowing:
+                    choice.methods = list(free)
+                    choice.reason += f"; shadow-scoring {','.join(free)}"
+                    self.shadowed.add(rid)
             else:
                 p = drawn if i in explorers else sure
                 choice = Choice([method], window, self._decoupled(p, method, batch, window, steps),
@@ -511,12 +533,12 @@ class FastestOfN:
                 n, w = drafting.get(m, (0, 0))
                 drafting[m] = (n + 1, max(w, choice.window))
         total = sum(progress.values())
-        rows = sum(1 for c in plan.values() if c.methods)
+        rows = sum(1 for c in plan.values() if c.window)
         step = self.cost.step_s(batch, fed, drafting, self.decoupled, rows)
         left = f"{len(self.requests)} of {self.peak_requests} left"
         for rid in sorted(plan, key=progress.__getitem__):
             choice = plan[rid]
-            if not choice.methods:
+            if not choice.window:  # off (or only shadowed): nothing to race
                 continue
             trials = []
             if len(choice.methods) > 1 and not choice.race:

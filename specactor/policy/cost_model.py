@@ -4,9 +4,12 @@ how many tokens per second a choice of method, window and mode buys.
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in
 the engine's profile: this machine's, measured once at start-up and cached
 (:mod:`specactor.policy.profiling`), else the packaged one (the default model
-on another 2-core CPU), corrected online in two parts: plain steps by an exponentially weighted ratio
-of measured to predicted time (the profile's scale), and what drafts add to a
-step by a fit per profiled batch size (:class:`DraftOverhead`: a fixed cost
+on another 2-core CPU), corrected online in two parts, both per profiled batch size (a profile's error
+depends on the batch: on the 2-core machine one measured at another time said
+94 ms for a decode step at batch 4 and 166 at batch 12, where the machine then
+took 135 and 180): plain steps by a discounted ratio of measured to profiled
+time (a batch size with little evidence of its own takes the ratio over all
+of them), and what drafts add to a step by a fit (:class:`DraftOverhead`: a fixed cost
 of having drafts at all, plus a scale on what the profile says they add). The
 second part decides whether to speculate, and its error depends on the batch:
 on the 2-core AVX2 machine one drafted token in a batch of 32 adds 15-90 ms
@@ -176,6 +179,11 @@ class DraftOverhead:
         return fixed, scale
 
 
+#: observations of a batch size's own plain steps that weigh as much as the ratio over all of them
+PLAIN_PRIOR = 2.0
+#: discount per observation of a batch size's plain-step ratio (memory of ~20 steps)
+PLAIN_DECAY = 0.95
+
 #: Defaults before a method has reported any timing (seconds per token, 2-core CPU, 135M model).
 DEFAULT_DRAFT_COSTS = {
     "ngram": DraftCost(per_row_s=2e-5, fixed_s=5e-5),
@@ -191,7 +199,7 @@ class StepCosts:
     def __init__(self, cost: "CostModel", batch: int) -> None:
         self.batch = batch
         self.chunks = [float(c) for c in cost.chunk_lens]
-        scale = cost.correction
+        scale = cost.plain_scale_at(batch)
 
         def column(table: list[list[float]], ci: int) -> float:
             return scale * _interp(cost.batch_sizes, [row[ci] for row in table], batch)
@@ -263,7 +271,9 @@ class CostModel:
     batch_sizes: list[int]
     chunk_lens: list[int]
     forward_s: list[list[float]]  # [batch index][chunk index], median seconds, every row fed the chunk
-    correction: float = 1.0  # measured / profiled plain decode steps (online)
+    correction: float = 1.0  # measured / profiled plain decode steps, over every batch size (online)
+    #: per profiled batch size: (discounted mean of measured / profiled plain steps, its evidence)
+    plain_ratios: list[tuple[float, float]] = field(default_factory=list)
     #: what drafts add to a step, learnt per profiled batch size (online): the profile's shape can
     #: be off by more than its scale, and by different amounts at different batch sizes
     overheads: list[DraftOverhead] = field(default_factory=list)
@@ -325,7 +335,7 @@ class CostModel:
         learnt so far stay, and the online correction starts afresh."""
         self.batch_sizes, self.chunk_lens, self.forward_s = other.batch_sizes, other.chunk_lens, other.forward_s
         self.one_row_s, self.source, self.correction = other.one_row_s, other.source, 1.0
-        self.overheads = []
+        self.overheads, self.plain_ratios = [], []
 
     # ------------------------------------------------------------------ verify
 
@@ -343,6 +353,8 @@ class CostModel:
         sizes = self.batch_sizes
         if len(self.overheads) != len(sizes):
             self.overheads = [DraftOverhead() for _ in sizes]
+        if len(self.plain_ratios) != len(sizes):
+            self.plain_ratios = [(1.0, 0.0) for _ in sizes]
         if batch <= sizes[0]:
             return [(0, 1.0)]
         if batch >= sizes[-1]:
@@ -352,6 +364,15 @@ class CostModel:
             return [(i, 1.0)]
         t = math.log(batch / sizes[i]) / math.log(sizes[i + 1] / sizes[i])
         return [(i, 1.0 - t), (i + 1, t)]
+
+    def plain_scale_at(self, batch: int) -> float:
+        """Measured / profiled time of a plain step at ``batch``: its neighbours' own ratios, each
+        shrunk towards the ratio over every batch size by ``PLAIN_PRIOR`` observations."""
+        scale = 0.0
+        for i, w in self._neighbours(batch):
+            ratio, evidence = self.plain_ratios[i]
+            scale += w * (evidence * ratio + PLAIN_PRIOR * self.correction) / (evidence + PLAIN_PRIOR)
+        return scale
 
     def overhead_at(self, batch: int, decode_s: float) -> tuple[float, float]:
         """(fixed seconds, scale) of what drafts add to a step at ``batch`` (see :class:`DraftOverhead`)."""
@@ -372,9 +393,15 @@ class CostModel:
         if batch <= 0 or seconds <= 0:
             return
         steps = self.at_batch(batch)
-        if tokens <= batch or rows == 0:  # a plain step: the scale of the whole profile
-            if steps.decode > 0:
-                self.correction += weight * (seconds / (steps.decode / self.correction) - self.correction)
+        if tokens <= batch or rows == 0:  # a plain step: the profile's scale, here and overall
+            profiled = steps.decode / self.plain_scale_at(batch)
+            if profiled > 0:
+                ratio = seconds / profiled
+                self.correction += weight * (ratio - self.correction)
+                for i, w in self._neighbours(batch):
+                    mean, evidence = self.plain_ratios[i]
+                    evidence = evidence * PLAIN_DECAY ** w + w
+                    self.plain_ratios[i] = (mean + w / evidence * (ratio - mean), evidence)
             return
         profiled = steps._verify(tokens, rows) - steps.decode  # what the profile says the drafts add
         for i, w in self._neighbours(batch):

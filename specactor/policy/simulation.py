@@ -47,7 +47,7 @@ class Policy(Protocol):
     def remove_request(self, request_id: str) -> None: ...
     def observe(self, request_id: str, method: str, drafted: int, accepted: int) -> None: ...
     def observe_commit(self, request_id: str, tokens: int) -> None: ...
-    def plan(self, batch: int | None = None) -> dict[str, Choice]: ...
+    def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]: ...
 
 
 class _Baseline:
@@ -70,7 +70,7 @@ class _Baseline:
 class PlainPolicy(_Baseline):
     """No speculation at all: the autoregressive baseline."""
 
-    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+    def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]:
         return {}
 
 
@@ -81,7 +81,7 @@ class FixedPolicy(_Baseline):
         super().__init__()
         self.choice = (method, window, decoupled)
 
-    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+    def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]:
         method, window, decoupled = self.choice
         return {r: Choice([method], window, decoupled, "fixed") for r in self.requests}
 
@@ -93,7 +93,7 @@ class RandomPolicy(_Baseline):
         super().__init__()
         self.methods, self.window, self.rng = methods, window, random.Random(seed)
 
-    def plan(self, batch: int | None = None) -> dict[str, Choice]:
+    def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]:
         return {r: Choice([self.rng.choice(self.methods)], self.window, True, "random") for r in self.requests}
 
 
@@ -143,7 +143,7 @@ class Simulator:
         while committed and steps < max_steps:
             batch = len(committed)
             if steps % self.plan_every == 0 or getattr(policy, "replan_soon", False):
-                pending.append((steps + self.lag, policy.plan(batch)))
+                pending.append((steps + self.lag, policy.plan(batch, step=steps)))
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
             fed = rows = 0
@@ -166,9 +166,12 @@ class Simulator:
             for rid in list(committed):
                 req, done = by_id[rid], committed[rid]
                 choice = plan.get(rid) or Choice([], 0, True)
-                choices.append((steps, rid, choice.methods[0] if choice.methods else ""))
+                choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))
                 best = 0
                 for i, m in enumerate(choice.methods):  # every draft is scored against the committed tokens
+                    if not choice.window:  # shadowed: one committed token scores the draft's first
+                        policy.observe(rid, m, 1, accepted_length(rng, req.p(m, done), 1))
+                        continue
                     a = accepted_length(rng, req.p(m, done), choice.window)
                     policy.observe(rid, m, choice.window, a)
                     if choice.race or i == 0:  # without racing, one draft is verified: the primary's

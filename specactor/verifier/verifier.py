@@ -5,6 +5,15 @@ to its window), verifies all of them in one batched forward, and returns the
 verdicts. A request with no usable draft still advances one token, so
 progress never depends on a drafter. The VerifyActor runs this; tests drive it
 directly with adversarial drafters.
+
+Every usable draft that is not verified is still scored against what the step
+commits (full information for the policy, at no extra forward): the other
+methods' drafts of a speculating request, and the drafts of a *shadowed*
+request (methods assigned with window 0: its drafters draft, nothing is
+verified). With the position-keyed sampler a draft token is accepted exactly
+when it equals the committed token, so such a score is what verification would
+have said. A score that ran out of committed tokens before the draft
+disagreed is censored (``drafted`` = what could be checked), not a rejection.
 """
 
 from __future__ import annotations
@@ -12,6 +21,18 @@ from __future__ import annotations
 from specactor.verifier.drafts import DraftBook
 from specactor.verifier.engine import Engine, Sequence, StepReport
 from specactor.verifier.tree import matched
+
+
+#: tokens of a shadowed request's draft scored per step (one is committed; the rest wait)
+SHADOW_WINDOW = 8
+
+
+def _score(draft: list[int], committed: list[int]) -> list[int]:
+    """[drafted, accepted] of a draft nobody verified: a rejection only where the draft
+    disagreed with a committed token; where the committed tokens ran out first, only
+    what was checked counts as drafted (the rest is unknown, not wrong)."""
+    got = matched(draft, committed)
+    return [len(draft) if got < min(len(draft), len(committed)) else got, got]
 
 
 class Verifier:
@@ -80,9 +101,13 @@ class Verifier:
         for seq in self.engine.running:
             rid = seq.request_id
             window = self.windows.get(rid, self.default_window)
-            if window <= 0:
-                continue
             methods = self.methods.get(rid)
+            if window <= 0:
+                if methods:  # shadowed: score its drafts, verify none
+                    candidates = self.book.candidates(rid, seq.output_ids, SHADOW_WINDOW, methods)
+                    if candidates:
+                        self._offered[rid] = candidates
+                continue
             if rid in self.racing:
                 candidates = self.book.candidates(rid, seq.output_ids, window, methods)
                 if candidates:
@@ -102,7 +127,7 @@ class Verifier:
         for verdict in report.verdicts:
             candidates = offered.get(verdict.request_id)
             if candidates and not verdict.scores:
-                verdict.scores = {m: [len(t), matched(t, verdict.tokens)] for m, t in candidates}
+                verdict.scores = {m: _score(t, verdict.tokens) for m, t in candidates}
 
     def retire(self, report: StepReport) -> None:
         """Score the drafts offered this step; forget what finished requests held."""

@@ -196,3 +196,35 @@ def test_racing_keeps_the_longest_accepted_draft_even_when_it_is_not_first() -> 
     assert steps <= 1 + 40 // 5 + 1  # as fast as the perfect drafter alone
     assert winners and all(method == "perfect" and scores["wrong"][1] == 0 for method, scores in winners)
     assert seqs[0].per_method["perfect"]["accepted"] > 0 and seqs[0].per_method["wrong"]["accepted"] == 0
+
+
+def test_a_shadowed_request_is_scored_but_never_verified() -> None:
+    """Window 0 with methods assigned (the policy's shadowing): every step advances one token,
+    as plain decoding does, yet each method's draft is scored against the committed token:
+    a right draft as accepted, a wrong one as rejected, and a right one the step could not
+    check beyond its first token not as a rejection (censored)."""
+    model = _model("llama")
+    params = SamplingParams(temperature=1.0, max_tokens=12)
+    prompts, seeds = [[4, 5, 6]], [9]
+    reference = _reference(model, prompts, params, seeds)[0].output_ids
+    verifier = Verifier(Engine(model, max_batch=1, max_len=64), default_window=4)
+    (seq,) = _sequences(prompts, params, seeds)
+    verifier.add(seq)
+    verifier.assign(seq.request_id, ["right", "wrong"], 0)
+    scores = []
+    while verifier.has_work:
+        done = len(seq.output_ids)
+        if done:  # past the prefill
+            good = reference[done:done + 4]
+            verifier.add_draft(seq.request_id, "right", done, good)
+            verifier.add_draft(seq.request_id, "wrong", done, [(t + 1) % VOCAB for t in good])
+        report = verifier.step()
+        (verdict,) = report.verdicts
+        assert len(verdict.tokens) == 1 and verdict.drafted == 0  # nothing verified
+        if verdict.scores:
+            scores.append(verdict.scores)
+    assert seq.output_ids == reference
+    assert len(scores) == len(reference) - 1
+    assert all(s["right"] == [1, 1] for s in scores)  # checked one token, right: no rejection
+    assert all(s["wrong"][0] >= 1 and s["wrong"][1] == 0 for s in scores)  # wrong at once: a rejection
+    assert not seq.per_method  # scores are not verified drafts: the request's own stats stay empty
