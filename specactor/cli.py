@@ -115,7 +115,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     fields: dict = {k: v for k, v in {
         "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
-        "repeats": args.repeats,
+        "other_epochs": args.other_epochs, "repeats": args.repeats,
         "temperatures": None if args.temperatures is None else tuple(float(t) for t in args.temperatures.split(",")),
         "modes": None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         "out": args.out}.items() if v is not None}
@@ -162,7 +162,10 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--max-tokens", type=positive_int, default=None,
                        help="cap per sample; EOS may end a sample earlier (default 768; quick 40)")
     bench.add_argument("--temperatures", default=None, help="comma-separated (default 1,0)")
-    bench.add_argument("--epochs", type=positive_int, default=None, help="rollout epochs (default 2)")
+    bench.add_argument("--epochs", type=positive_int, default=None,
+                       help="rollout epochs at the first temperature, the main case (default 2)")
+    bench.add_argument("--other-epochs", type=positive_int, default=None,
+                       help="rollout epochs at the other temperatures, at most --epochs (default 1)")
     bench.add_argument("--repeats", type=positive_int, default=None,
                        help="run every mode this many times, interleaved, and report the median run and each "
                             "repeat's paired speedup (default 1; use 3 to judge differences under ~10%%: a "

@@ -41,6 +41,9 @@ class EngineConfig:
     #: times the supervisor starts a crashed or hung verifier / model drafter again (requests in flight
     #: are sent again and come out token-identical); then the engine fails every request, saying why
     max_restarts: int = 3
+    #: seconds between the verifier's reports of committed tokens to the coordinator: a restarted
+    #: verifier resumes each request from the last one (the work lost to a crash is at most this)
+    progress_every_s: float = 1.0
     device: str = "cpu"  # cpu, cuda or cuda:N: where the target (and a model drafter) runs
     dtype: str = "float32"  # float32 or bfloat16: weights, activations and KV cache of the target
     seed: int = 0  # the seed of requests that name none (see specactor.seeds)
@@ -72,6 +75,8 @@ class EngineConfig:
             raise ValueError(f"need max_batch >= 1 and max_len >= 2 (got {self.max_batch}, {self.max_len})")
         if self.max_restarts < 0:
             raise ValueError(f"need max_restarts >= 0 (got {self.max_restarts})")
+        if not self.progress_every_s > 0:
+            raise ValueError(f"need progress_every_s > 0 (got {self.progress_every_s})")
         if self.max_in_flight < 1:
             raise ValueError(f"need max_in_flight >= 1 (got {self.max_in_flight})")
         if self.processes and self.transport == "inproc":

@@ -52,8 +52,13 @@ class Coordinator(Actor):
         self.pending: dict[str, asyncio.Future[p.RequestResult]] = {}  # a result leaves with its future
         self.jobs: dict[str, tuple[list[int], p.SamplingParams]] = {}  # what each pending request asked for
         self.acks: dict[tuple[str, str], asyncio.Future[p.ControlAck]] = {}  # (actor, ref) -> its answer
+        #: each pending request's output so far (the verifier's Progress): (weights version, tokens, log-probs)
+        self.partial: dict[str, tuple[int, list[int], list[float]]] = {}
+        #: the weights version a restarted verifier is given back (the engine keeps it current)
+        self.serving_version = 0
         #: "up", "restarting" (the supervisor is starting a new verifier: requests wait, then are sent
-        #: again from their prompts; position-keyed sampling makes them token-identical), or "down: why"
+        #: again from the tokens the last one committed, or from their prompts when it committed none
+        #: under the weights restored; position-keyed sampling makes them token-identical), or "down: why"
         self.verifier_state = "up"
         #: called when a restarted verifier serves, before the requests are sent again (the engine
         #: loads the running weights into it); an exception fails every pending request
@@ -108,8 +113,12 @@ class Coordinator(Actor):
             await self._send_request(request_id)
         return future  # restarting: sent once the new verifier serves
 
-    async def _send_request(self, request_id: str) -> None:
+    async def _send_request(self, request_id: str) -> int:
+        """Send one job to the verifier, resumed from its committed tokens if any; returns how many."""
         prompt_ids, params = self.jobs[request_id]
+        version, resume_ids, resume_logprobs = self.partial.pop(request_id, (0, [], []))
+        if version != self.serving_version:  # made on other weights: not what the new verifier would make
+            resume_ids, resume_logprobs = [], []
         cfg = self.config
         if cfg.mode == "coupled":
             await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters[:1],
@@ -118,12 +127,26 @@ class Coordinator(Actor):
             await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
                                                      window=cfg.window, mode=p.DraftMode.DECOUPLED, reason="static"))
         if not await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids,
-                                                             params=params, reply_to=self.name)):
+                                                             params=params, reply_to=self.name, progress=True,
+                                                             resume_ids=resume_ids, resume_logprobs=resume_logprobs)):
             if self.verifier_state == "up":  # nothing will ever answer it: answer it now
                 self._resolve(_failed(request_id, prompt_ids, "the verifier is not running"))
+        return len(resume_ids)
+
+    def _progress(self, msg: p.Progress) -> None:
+        """Keep each pending request's committed output (contiguous pieces only)."""
+        for part in msg.partials:
+            if part.request_id not in self.jobs or len(part.token_ids) != len(part.logprobs):
+                continue
+            version, tokens, logprobs = self.partial.get(part.request_id, (msg.version, [], []))
+            if part.start == 0 or (version == msg.version and part.start == len(tokens)):
+                if part.start == 0:
+                    tokens, logprobs = [], []
+                self.partial[part.request_id] = (msg.version, tokens + part.token_ids, logprobs + part.logprobs)
 
     def _resolve(self, result: p.RequestResult) -> None:
         self.jobs.pop(result.request_id, None)
+        self.partial.pop(result.request_id, None)
         future = self.pending.pop(result.request_id, None)
         if future is not None and not future.done():
             future.set_result(result)
@@ -140,6 +163,8 @@ class Coordinator(Actor):
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, p.RequestResult):
             self._resolve(msg)
+        elif isinstance(msg, p.Progress):
+            self._progress(msg)
         elif isinstance(msg, p.Pong):
             waiter = self._pongs.pop(msg.seq, None)
             if waiter is not None and not waiter.done():
@@ -188,9 +213,9 @@ class Coordinator(Actor):
             return
         self.verifier_state = "up"
         waiting = list(self.jobs)
-        for request_id in waiting:
-            await self._send_request(request_id)
+        resumed = [await self._send_request(request_id) for request_id in waiting]
         self.log.info("coordinator.verifier_recovered", ok=True, error="", requests=len(waiting),
+                      resumed=sum(n > 0 for n in resumed), resumed_tokens=sum(resumed),
                       seconds=round(time.perf_counter() - started, 3))
 
     def _fail_all(self, error: str) -> None:
@@ -256,6 +281,7 @@ class RolloutEngine:
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
                            "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
+                           "progress_every_s": cfg.progress_every_s,
                            "policy": "policy" if use_policy else None,
                            "learners": ["draft-learned"] if "learned" in cfg.active_drafters else [],
                            "profile": cfg.measure_profile}
@@ -412,6 +438,7 @@ class RolloutEngine:
             self._staging.pop(update_id, None)
             raise ValueError(f"weight update rejected: {verifier_ack.detail}")
         self.version = verifier_ack.version
+        self.coordinator.serving_version = self.version  # what a restarted verifier gets back
         if self.config.restore_weights:
             self._running_update = (path or "", self._staging.pop(update_id, []))
         self._staging.clear()

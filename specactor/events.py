@@ -95,9 +95,14 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("reason", "waiting"),
     ),
     "coordinator.verifier_recovered": (
-        "A restarted verifier got the running weights and every waiting request again (from its prompt: "
-        "position-keyed sampling makes the output token-identical), or could not (ok false: all fail).",
-        ("ok", "error", "requests", "seconds"),
+        "A restarted verifier got the running weights and every waiting request again, resumed from the "
+        "tokens the last one had committed (reported about once a second) or from its prompt: position-keyed "
+        "sampling makes the output token-identical; or it could not (ok false: all fail).",
+        ("ok", "error", "requests", "resumed", "resumed_tokens", "seconds"),
+    ),
+    "request.resumed": (
+        "The verifier took a request that a verifier before it had partly generated: it goes on from there.",
+        ("request_id", "tokens"),
     ),
     "request.finished": (
         "A request produced its result (verify steps, drafted and accepted tokens: speculative modes).",

@@ -201,10 +201,17 @@ class StatsReply(_Msg, tag=12):
 
 
 class GenerateRequest(_Msg, tag=20):
+    """``resume_ids``/``resume_logprobs``: output already committed (by a verifier that died): the
+    request goes on from there; position-keyed sampling makes the rest what it would have been.
+    ``progress``: the reply_to wants its committed tokens as they come (:class:`Progress`)."""
+
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
     reply_to: str = ""
+    resume_ids: list[int] = []
+    resume_logprobs: list[float] = []
+    progress: bool = False
 
 
 class AbortRequest(_Msg, tag=21):
@@ -338,6 +345,24 @@ class WeightsCommit(_Msg, tag=32):
     path: str = ""
 
 
+class Partial(msgspec.Struct, array_like=True):
+    """Output tokens of one running request committed since ``start`` (not a message of its own)."""
+
+    request_id: str
+    start: int
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+class Progress(_Msg, tag=37):
+    """The verifier's committed tokens since its last Progress (about once a second), to each
+    request's ``reply_to``: what a restarted verifier resumes the request from (weights of
+    ``version``)."""
+
+    version: int
+    partials: list[Partial]
+
+
 class Pause(_Msg, tag=33):
     """Stop stepping after the current step (requests keep their state)."""
 
@@ -407,6 +432,7 @@ Message = Union[
     Resume,
     ControlAck,
     Rollouts,
+    Progress,
 ]
 
 MESSAGE_TYPES: tuple[type[_Msg], ...] = Message.__args__  # type: ignore[attr-defined]

@@ -27,7 +27,8 @@ EXAMPLES: dict[type, p._Msg] = {
     p.Payload: p.Payload(seq=1, data=b"\x00\xffbytes"),
     p.StatsRequest: p.StatsRequest(),
     p.StatsReply: p.StatsReply(name="v", values={"tokens_per_s": 12.5}),
-    p.GenerateRequest: p.GenerateRequest(request_id="r1", prompt_ids=[1, 2, 3], params=PARAMS, reply_to="client"),
+    p.GenerateRequest: p.GenerateRequest(request_id="r1", prompt_ids=[1, 2, 3], params=PARAMS, reply_to="client",
+                                         resume_ids=[4, 5], resume_logprobs=[-1.0, -2.0], progress=True),
     p.AbortRequest: p.AbortRequest(request_id="r1"),
     p.Draft: p.Draft(request_id="r1", method="ngram", start=4, tokens=[9, 8, 7], draft_ns=1200),
     p.DraftBatch: p.DraftBatch(drafter="ngram", drafts=[p.Draft(request_id="r1", method="ngram", start=0, tokens=[1])]),
@@ -55,6 +56,8 @@ EXAMPLES: dict[type, p._Msg] = {
     p.Pause: p.Pause(ref="p1"),
     p.Resume: p.Resume(ref="p2"),
     p.ControlAck: p.ControlAck(ref="u1", ok=False, detail="update is missing 1 weight(s)", version=2),
+    p.Progress: p.Progress(version=2, partials=[p.Partial(request_id="r1", start=3, token_ids=[7, 8],
+                                                          logprobs=[-0.5, -0.25])]),
 }
 
 

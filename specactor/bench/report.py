@@ -127,11 +127,19 @@ def _repeats_line(repeats: int) -> str:
             f"the median makespan, and the notes each repeat's speedup against autoregressive in the same repeat. ")
 
 
+def _epochs_line(w: dict[str, Any]) -> str:
+    temperatures, epochs = w.get("temperatures") or [], w["epochs"]
+    other = w.get("other_epochs", epochs)
+    if len(temperatures) < 2 or other == epochs:
+        return f"{epochs} epoch(s)"
+    return f"{epochs} epoch(s) at T={temperatures[0]:g}, {other} at T={', '.join(f'{t:g}' for t in temperatures[1:])}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
-             f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {w['epochs']} epoch(s); "
+             f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {_epochs_line(w)}; "
              f"epoch 2 runs after one real GRPO step, with epoch 1's samples in the drafters' history. "
              f"{_repeats_line(w.get('repeats', 1))}"
              f"Whole bench: {report['wall_s']} s.", "",

@@ -7,7 +7,9 @@ figure is reported per epoch and per phase (before and after half of the samples
 finished), beside the ceilings of :mod:`specactor.bench.ceilings` computed from
 the same run's lengths and acceptance.
 
-For each temperature: ``autoregressive`` runs first; its first epoch is
+The first temperature (T=1 by default, the RL case) runs ``epochs`` epochs,
+the others ``other_epochs`` (1 by default: the bench's 20 minutes on 2 cores go
+to the main case). For each temperature: ``autoregressive`` runs first; its first epoch is
 rewarded with the HumanEval tests and one real GRPO step is taken on the
 model; every mode then runs epoch 1 on the base weights, loads that same
 update, and runs epoch 2 on the same prompts (new seeds), with the first
@@ -23,7 +25,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +65,8 @@ class BenchOptions:
     n: int = 4
     max_tokens: int = 768
     temperatures: tuple[float, ...] = (1.0, 0.0)
-    epochs: int = 2
+    epochs: int = 2  # at the first (main) temperature
+    other_epochs: int = 1  # at the others (at most ``epochs``): the whole default bench in ~20 minutes on 2 cores
     repeats: int = 1  # every mode again, interleaved: a 2-core machine drifts by 10% within minutes
     modes: tuple[str, ...] = DEFAULT_MODES
     out: str = "bench/results/suite"
@@ -106,12 +109,15 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                    "dtype": opts.engine.dtype, "verifier_threads": opts.engine.verifier_threads,
                    "k": opts.engine.k, "window": opts.engine.window},
         "workload": {"prompts": opts.prompts, "n": opts.n, "max_tokens": opts.max_tokens, "epochs": opts.epochs,
+                     "other_epochs": min(opts.other_epochs, opts.epochs),
                      "temperatures": list(opts.temperatures), "repeats": opts.repeats},
         "runs": [], "ceilings": [], "update": None, "skipped": {}}
     cost = CostModel.from_profile(opts.engine.profile)
     why_no_vllm = vllm_available()
     update = PolicyUpdate(work, opts.lr, progress) if opts.epochs > 1 else None
-    for temperature in opts.temperatures:
+    main_work = work
+    for index, temperature in enumerate(opts.temperatures):
+        work = main_work if index == 0 else replace(main_work, epochs=min(opts.other_epochs, opts.epochs))
         repeats: list[dict[str, list[RunRecord]]] = []
         for repeat in range(opts.repeats):
             repeats.append(_run_modes(opts, work, temperature, update, why_no_vllm, report, progress,

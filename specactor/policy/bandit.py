@@ -49,7 +49,12 @@ is verified, but the verifier scores their drafts against what each step
 commits. A request's acceptance can change as it goes (greedy code falls into
 repeating itself: ngram accepted 0 of its drafts early and 100% in the tail of
 the T=0 bench), and evidence for a request that is off otherwise only comes
-from explorations, which a global estimate near 0 never draws.
+from explorations, which a global estimate near 0 never draws. Shadow drafting
+is not free on a 2-core machine (the drafters' CPU slows the verifier's
+forward: 17k shadow tokens drafted over a T=1 tail that verified 47), so a
+request is shadowed in periods of ``shadow_rounds`` rounds, the gap between
+them doubling from ``shadow_gap`` rounds up to ``max_shadow_gap`` while it
+stays off.
 
 Methods that cost almost nothing to run (prompt lookup, suffix matching) ride
 along on every speculating request: the verifier verifies the longest draft
@@ -125,6 +130,9 @@ class _Request:
     exploring: tuple[str, int] = ("", 0)  # (method, window) of an exploration still awaiting its first draft
     explore_seen: int = 0  # drafts_seen when it began
     explore_deadline: int = 0  # steps by which it gives up waiting
+    shadow_to: float = 0.0  # plan round at which its current shadow period ends
+    shadow_from: float = 0.0  # plan round from which its next one may start
+    shadow_gap: int = 0  # rounds between the end of the next period and the one after (0: not yet set)
 
 
 class FastestOfN:
@@ -136,7 +144,8 @@ class FastestOfN:
                  hold_rounds: int = 8, min_gain: float = 0.03, caution: float = 1.0, pool_weight: float = 8.0,
                  explore_share: float = 0.125, explore_budget: float = 0.01, explore_start: float = 0.5,
                  max_explore_gap: int = 256, explore_steps: int = 8, explore_window: int = 1,
-                 round_steps: int = 4, shadow: bool = True, shadow_below: float = 0.5, seed: int = 0) -> None:
+                 round_steps: int = 4, shadow: bool = True, shadow_below: float = 0.5, shadow_rounds: int = 2,
+                 shadow_gap: int = 4, max_shadow_gap: int = 16, seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
         if scheme not in SCHEMES:
@@ -170,6 +179,7 @@ class FastestOfN:
         self.max_racers = max(1, max_racers)
         self.racing_below = racing_below
         self.shadow, self.shadow_below = shadow, shadow_below
+        self.shadow_rounds, self.shadow_gap, self.max_shadow_gap = shadow_rounds, shadow_gap, max_shadow_gap
         self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
         self.rng = random.Random(seed)
         self.global_arms = {m: Acceptance() for m in methods}
@@ -388,11 +398,12 @@ class FastestOfN:
             if not window:
                 choice = Choice([], 0, self.decoupled, f"off: speculation does not pay at batch {batch} "
                                                        f"(best {method} p={sure:.2f}; plain {plain:.1f} tok/s)")
-                if shadowing:
+                if shadowing and self._shadow_period(req):
                     choice.methods = list(free)
                     choice.reason += f"; shadow-scoring {','.join(free)}"
                     self.shadowed.add(rid)
             else:
+                req.shadow_gap = 0  # speculating: once off again, it is shadowed soon
                 p = drawn if i in explorers else sure
                 choice = Choice([method], window, self._decoupled(p, method, batch, window, steps),
                                 f"{why}: {method} w={window} p={p:.2f}: batch {speed:.1f} tok/s "
@@ -407,6 +418,16 @@ class FastestOfN:
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
         return plan
+
+    def _shadow_period(self, req: _Request) -> bool:
+        """Whether an off request is shadowed now: periods of ``shadow_rounds`` rounds, the gaps
+        between them doubling while it stays off."""
+        if self.rounds >= req.shadow_to and self.rounds >= req.shadow_from:
+            gap = req.shadow_gap or self.shadow_gap
+            req.shadow_to = self.rounds + self.shadow_rounds
+            req.shadow_from = req.shadow_to + gap
+            req.shadow_gap = min(2 * gap, self.max_shadow_gap)
+        return self.rounds < req.shadow_to
 
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:

@@ -7,9 +7,10 @@ the engine's profile: this machine's, measured once at start-up and cached
 on another 2-core CPU), corrected online in two parts, both per profiled batch size (a profile's error
 depends on the batch: on the 2-core machine one measured at another time said
 94 ms for a decode step at batch 4 and 166 at batch 12, where the machine then
-took 135 and 180): plain steps by a discounted ratio of measured to profiled
-time (a batch size with little evidence of its own takes the ratio over all
-of them), and what drafts add to a step by a fit (:class:`DraftOverhead`: a fixed cost
+took 135 and 180): plain steps by the median ratio of measured to profiled
+time over its last plain steps (with the ratio over all batch sizes as prior:
+one slow step moves nothing, and a batch that drafts on nearly every step
+keeps the plain steps it saw), and what drafts add to a step by a fit (:class:`DraftOverhead`: a fixed cost
 of having drafts at all, plus a scale on what the profile says they add). The
 second part decides whether to speculate, and its error depends on the batch:
 on the 2-core AVX2 machine one drafted token in a batch of 32 adds 15-90 ms
@@ -40,6 +41,8 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import statistics
+from collections import deque
 from itertools import accumulate
 from dataclasses import dataclass, field
 from importlib import resources
@@ -179,10 +182,13 @@ class DraftOverhead:
         return fixed, scale
 
 
-#: observations of a batch size's own plain steps that weigh as much as the ratio over all of them
-PLAIN_PRIOR = 2.0
-#: discount per observation of a batch size's plain-step ratio (memory of ~20 steps)
-PLAIN_DECAY = 0.95
+#: plain steps a profiled batch size keeps (their measured / profiled ratios; the median counts)
+PLAIN_WINDOW = 9
+#: copies of the ratio over every batch size added to a batch size's own before the median (and
+#: copies of 1, the profile as measured, to the ratio over every batch size's): one
+#: slow step (the first decode after a prefill of 32 prompts took 522 ms where the next took 289)
+#: moves nothing, and a batch that drafts on nearly every step keeps the plain steps it saw
+PLAIN_PRIOR = 2
 
 #: Defaults before a method has reported any timing (seconds per token, 2-core CPU, 135M model).
 DEFAULT_DRAFT_COSTS = {
@@ -271,9 +277,9 @@ class CostModel:
     batch_sizes: list[int]
     chunk_lens: list[int]
     forward_s: list[list[float]]  # [batch index][chunk index], median seconds, every row fed the chunk
-    correction: float = 1.0  # measured / profiled plain decode steps, over every batch size (online)
-    #: per profiled batch size: (discounted mean of measured / profiled plain steps, its evidence)
-    plain_ratios: list[tuple[float, float]] = field(default_factory=list)
+    correction: float = 1.0  # measured / profiled plain decode steps: the median over every batch size
+    #: per profiled batch size, its last plain steps' measured / profiled ratios (the last of all: [-1])
+    plain_ratios: list[deque[float]] = field(default_factory=list)
     #: what drafts add to a step, learnt per profiled batch size (online): the profile's shape can
     #: be off by more than its scale, and by different amounts at different batch sizes
     overheads: list[DraftOverhead] = field(default_factory=list)
@@ -353,8 +359,8 @@ class CostModel:
         sizes = self.batch_sizes
         if len(self.overheads) != len(sizes):
             self.overheads = [DraftOverhead() for _ in sizes]
-        if len(self.plain_ratios) != len(sizes):
-            self.plain_ratios = [(1.0, 0.0) for _ in sizes]
+        if len(self.plain_ratios) != len(sizes) + 1:
+            self.plain_ratios = [deque(maxlen=PLAIN_WINDOW) for _ in sizes] + [deque(maxlen=2 * PLAIN_WINDOW)]
         if batch <= sizes[0]:
             return [(0, 1.0)]
         if batch >= sizes[-1]:
@@ -367,11 +373,10 @@ class CostModel:
 
     def plain_scale_at(self, batch: int) -> float:
         """Measured / profiled time of a plain step at ``batch``: its neighbours' own ratios, each
-        shrunk towards the ratio over every batch size by ``PLAIN_PRIOR`` observations."""
+        each the median of its last plain steps and ``PLAIN_PRIOR`` copies of the ratio over all."""
         scale = 0.0
         for i, w in self._neighbours(batch):
-            ratio, evidence = self.plain_ratios[i]
-            scale += w * (evidence * ratio + PLAIN_PRIOR * self.correction) / (evidence + PLAIN_PRIOR)
+            scale += w * statistics.median([*self.plain_ratios[i], *[self.correction] * PLAIN_PRIOR])
         return scale
 
     def overhead_at(self, batch: int, decode_s: float) -> tuple[float, float]:
@@ -397,11 +402,10 @@ class CostModel:
             profiled = steps.decode / self.plain_scale_at(batch)
             if profiled > 0:
                 ratio = seconds / profiled
-                self.correction += weight * (ratio - self.correction)
-                for i, w in self._neighbours(batch):
-                    mean, evidence = self.plain_ratios[i]
-                    evidence = evidence * PLAIN_DECAY ** w + w
-                    self.plain_ratios[i] = (mean + w / evidence * (ratio - mean), evidence)
+                nearest = max(self._neighbours(batch), key=lambda iw: iw[1])[0]
+                self.plain_ratios[nearest].append(ratio)
+                self.plain_ratios[-1].append(ratio)
+                self.correction = statistics.median([*self.plain_ratios[-1], *[1.0] * PLAIN_PRIOR])
             return
         profiled = steps._verify(tokens, rows) - steps.decode  # what the profile says the drafts add
         for i, w in self._neighbours(batch):

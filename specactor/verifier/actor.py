@@ -57,6 +57,7 @@ class VerifyActor(Actor):
         default_seed: int = 0,
         learners: list[str] | None = None,
         profile: bool = False,
+        progress_every_s: float = 1.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -88,6 +89,11 @@ class VerifyActor(Actor):
         self._finished_ids: OrderedDict[str, None] = OrderedDict()  # the last FINISHED_IDS to finish
         self._steps_since_trim = 0
         self._policy_forget: list[str] = []  # finished in a VerdictBatch the policy's full inbox dropped
+        # committed tokens go to each request's reply_to every progress_every_s (p.Progress), so that a
+        # restarted verifier resumes requests where this one left them, instead of from their prompts
+        self.progress_every_s = progress_every_s
+        self._reported: dict[str, int] = {}  # request id (asking for progress) -> output tokens its reply_to has
+        self._last_progress = time.perf_counter()
         self.stats: dict[str, float] = {"steps": 0, "tokens": 0, "drafted": 0, "accepted": 0, "busy_s": 0.0,
                                         "waited_s": 0.0, "dropped_to_policy": 0}
 
@@ -240,7 +246,8 @@ class VerifyActor(Actor):
         # the coordinator always sets the seed; a request sent straight to this actor follows the same rule
         seed = msg.params.seed if msg.params.seed is not None else sample_seed(None, msg.request_id, 0,
                                                                               self.default_seed)
-        seq = Sequence(msg.request_id, list(msg.prompt_ids), msg.params, seed=seed)
+        seq = Sequence(msg.request_id, list(msg.prompt_ids), msg.params, seed=seed,
+                       output_ids=list(msg.resume_ids), logprobs=list(msg.resume_logprobs))
         try:
             self.verifier.add(seq, window=self.window if self.mode != "off" else 0)
         except ValueError as exc:
@@ -250,6 +257,10 @@ class VerifyActor(Actor):
                 finish_reason=p.FinishReason.ERROR, error=str(exc), policy_version=self.version))
             return
         self.reply_to[msg.request_id] = reply_to
+        if msg.progress:
+            self._reported[msg.request_id] = len(seq.output_ids)
+        if seq.output_ids:
+            self.log.info("request.resumed", request_id=msg.request_id, tokens=len(seq.output_ids))
         assignment = self.assignments.get(msg.request_id) or self.assignments.get("*")
         if assignment is not None and self.mode != "off":
             self._not_running[msg.request_id] = assignment  # the engine queues it: Tracked once it runs
@@ -365,6 +376,25 @@ class VerifyActor(Actor):
                           methods=verified)
             await self._broadcast(report)
             await self._realize_running()
+            if time.perf_counter() - self._last_progress >= self.progress_every_s:
+                await self._send_progress()
+
+    async def _send_progress(self) -> None:
+        """Each reply_to gets its running requests' tokens committed since the last Progress. Not
+        waited on: a reader that stopped gets it later (its requests' positions stay where they were)."""
+        assert self.verifier is not None
+        self._last_progress = time.perf_counter()
+        by_reader: dict[str, list[p.Partial]] = {}
+        for rid, start in self._reported.items():
+            seq, reader = self.verifier.sequences.get(rid), self.reply_to.get(rid)
+            if seq is not None and reader is not None and len(seq.output_ids) > start:
+                by_reader.setdefault(reader, []).append(p.Partial(
+                    request_id=rid, start=start, token_ids=seq.output_ids[start:], logprobs=seq.logprobs[start:]))
+        for reader, partials in by_reader.items():
+            if reader in self.directory and reader not in self.dead_peers and await self.send(
+                    reader, p.Progress(version=self.version, partials=partials), timeout_s=0):
+                for partial in partials:
+                    self._reported[partial.request_id] = partial.start + len(partial.token_ids)
 
     async def _broadcast(self, report: Any) -> None:
         per_drafter: dict[str, list[p.Verdict]] = {}
@@ -397,6 +427,7 @@ class VerifyActor(Actor):
 
     async def _result(self, seq: Sequence, error: str = "") -> None:
         reply_to = self.reply_to.pop(seq.request_id, None)
+        self._reported.pop(seq.request_id, None)
         self._finished_ids[seq.request_id] = None
         while len(self._finished_ids) > FINISHED_IDS:
             self._finished_ids.popitem(last=False)

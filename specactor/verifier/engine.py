@@ -117,6 +117,15 @@ class Engine:
         """Raise ValueError naming what makes ``seq`` impossible to serve."""
         seq.params.validate()
         check_prompt(seq.request_id, seq.prompt_ids, seq.params, self.vocab_size, self.cache.max_len)
+        if seq.output_ids:  # resumed: what was committed must leave something to generate
+            stops = self.eos_token_ids | set(seq.params.stop_token_ids)
+            if len(seq.logprobs) != len(seq.output_ids):
+                raise ValueError(f"request {seq.request_id!r}: {len(seq.output_ids)} resumed tokens but "
+                                 f"{len(seq.logprobs)} log-probs")
+            if len(seq.output_ids) >= seq.params.max_tokens or seq.output_ids[-1] in stops \
+                    or any(not 0 <= t < self.vocab_size for t in seq.output_ids):
+                raise ValueError(f"request {seq.request_id!r}: the resumed tokens are finished already or "
+                                 f"outside the vocabulary")
 
     def add(self, seq: Sequence) -> None:
         self.check(seq)
@@ -145,7 +154,7 @@ class Engine:
         budget = self.max_prefill_tokens
         admitted = 0
         while self.waiting and len(self.running) < self.max_batch:
-            n = len(self.waiting[0].prompt_ids)
+            n = self.waiting[0].context_len
             if admitted and n > budget:
                 break
             seq = self.waiting.popleft()
@@ -157,10 +166,11 @@ class Engine:
         return admitted
 
     def _inputs(self, slot: int, extra: list[int]) -> list[int]:
-        """Tokens row ``slot`` feeds this step: prompt, or its newest token, plus ``extra``."""
+        """Tokens row ``slot`` feeds this step: prompt (and resumed output), or its newest token,
+        plus ``extra``."""
         seq = self.running[slot]
         if self.cache.lengths[slot] == 0:
-            return seq.prompt_ids + extra
+            return seq.prompt_ids + seq.output_ids + extra
         return [seq.output_ids[-1]] + extra
 
     def max_draft(self, slot: int) -> int:

@@ -43,8 +43,8 @@ def _report() -> dict:
 
 def test_the_default_is_the_long_tail_workload() -> None:
     opts = BenchOptions()
-    assert (opts.prompts, opts.n, opts.max_tokens, opts.temperatures, opts.epochs, opts.modes) == (
-        8, 4, 768, (1.0, 0.0), 2, ("autoregressive", "specactor"))
+    assert (opts.prompts, opts.n, opts.max_tokens, opts.temperatures, opts.epochs, opts.other_epochs, opts.modes) == (
+        8, 4, 768, (1.0, 0.0), 2, 1, ("autoregressive", "specactor"))
     assert BenchOptions.quick().max_tokens <= 64 and BenchOptions.quick().prompts <= 2
     assert MODES["transformers+pld"].max_prompts == 2  # it cannot batch
 

@@ -61,6 +61,18 @@ def test_bench_runs_every_engine_mode_and_transformers(session_cache, tiny_check
     assert paths[2].stat().st_size > 10_000  # the PNG
 
 
+def test_the_other_temperatures_run_their_own_number_of_epochs(session_cache, tiny_checkpoint, monkeypatch,
+                                                                tmp_path) -> None:
+    """The default bench: two epochs (with the update) at T=1, the main case; one at T=0."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    opts = BenchOptions(prompts=1, n=2, max_tokens=8, temperatures=(1.0, 0.0), epochs=2, other_epochs=1,
+                        modes=("autoregressive",), out=str(tmp_path), engine=EngineConfig(model=str(tiny_checkpoint)))
+    report = run_suite(opts, lambda line: None)
+    assert sorted((r["temperature"], r["epoch"]) for r in report["runs"]) == [(0.0, 0), (1.0, 0), (1.0, 1)]
+    assert report["workload"]["other_epochs"] == 1
+    assert "2 epoch(s) at T=1, 1 at T=0" in markdown(report)
+
+
 def test_bad_mode_lists_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         run_suite(BenchOptions(modes=("autoregressive", "fast")))

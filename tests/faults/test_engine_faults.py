@@ -22,7 +22,7 @@ IDS = ["a", "b", "c"]
 
 def _config(tiny_checkpoint, **overrides) -> EngineConfig:
     return EngineConfig(**{"model": str(tiny_checkpoint), "mode": "autoregressive", "max_batch": 4, "max_len": 512,
-                           **overrides})
+                           "progress_every_s": 0.05, **overrides})
 
 
 async def _undisturbed(tiny_checkpoint, params: SamplingParams, update=None, **overrides) -> dict[str, list[int]]:
@@ -35,8 +35,9 @@ async def _undisturbed(tiny_checkpoint, params: SamplingParams, update=None, **o
 
 async def _kill_mid_rollout(engine: RolloutEngine, task: asyncio.Future, name: str = "verifier") -> None:
     pid = engine.system.pid(name)
-    for _ in range(600):  # until it has really worked on them (bounded)
-        if task.done() or (await engine.stats()).get("verifier", {}).get("steps", 0) >= 20:
+    for _ in range(600):  # until it has really worked on them, and reported some (bounded)
+        if task.done() or ((await engine.stats()).get("verifier", {}).get("steps", 0) >= 20
+                           and engine.coordinator.partial):
             break
         await asyncio.sleep(0.05)
     assert not task.done(), "the rollout finished before the kill"
@@ -69,6 +70,10 @@ async def test_a_verifier_killed_mid_rollout_is_restarted_and_nothing_differs(ti
     assert len(again) == 2 and all(r.token_ids for r in again)
     recovered = [e for e in events_file() if e["event"] == "coordinator.verifier_recovered"]
     assert recovered and recovered[0]["ok"] and recovered[0]["requests"] == 6
+    # they went on from what the dead verifier had committed, not from their prompts
+    assert recovered[0]["resumed"] >= 1 and recovered[0]["resumed_tokens"] >= 1
+    resumed = [e for e in events_file() if e["event"] == "request.resumed"]
+    assert sum(e["tokens"] for e in resumed) == recovered[0]["resumed_tokens"]
 
 
 async def test_a_restarted_verifier_gets_the_running_weights_back(tiny_checkpoint, session_cache, monkeypatch,

@@ -161,3 +161,26 @@ def test_a_noisy_profile_is_made_non_decreasing_before_use(tmp_path) -> None:
     model = CostModel.from_profile(path)
     assert model.verify_s(8, 2) >= model.verify_s(8, 1)
     assert model.verify_s(16, 1) >= model.verify_s(8, 1)
+
+
+def test_one_slow_plain_step_does_not_make_drafting_look_free() -> None:
+    """T=0 bench, 2026-11-24: the first decode step after prefilling 32 prompts took 522 ms (the
+    next plain ones 235-289), and the batch then drafted on nearly every step, so that slow step
+    stood for the plain step; against it, drafting steps 80-160 ms dearer than plain decoding
+    looked free and the policy drafted through the large-batch phase at 0.83x. The plain step is
+    a median with the profile as prior, so one outlier moves nothing, and what drafting adds is
+    then learnt."""
+    import random
+
+    rng = random.Random(1)
+    truth, cost = CostModel.from_profile(), CostModel.from_profile()
+    decode = truth.verify_s(32, 1)
+    cost.observe_step(32, 32, 2.0 * decode)  # the outlier
+    assert cost.verify_s(32, 1) == pytest.approx(decode, rel=0.01)
+    for _ in range(40):  # then only drafting steps: 1.1x the profile, plus a fixed 80 ms
+        window, rows = rng.choice([1, 2, 3]), rng.choice([2, 5, 10])
+        fed = 32 + window * rows
+        seconds = 1.1 * truth.verify_rows_s(32, fed, rows) + 0.08 + rng.gauss(0.0, 0.02)
+        cost.observe_step(32, fed, seconds, rows=rows)
+    assert cost.verify_rows_s(32, 32 + 2 * 5, 5) - cost.verify_s(32, 1) >= 0.07
+    assert cost.best_window(0.5, "ngram", 32, True)[0] == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import FinishReason, SamplingParams
@@ -98,3 +100,43 @@ def test_continuous_batching_admits_more_requests_than_slots() -> None:
         alone = Engine(model, max_batch=1, max_len=32).run([_seq("x", p, 0.7, n, seed=i)])[0]
         assert alone.output_ids == batched[i].output_ids
         assert len(batched[i].output_ids) == n
+
+
+_RESUME_MODEL: list = []
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cut=st.integers(1, 23), temperature=st.sampled_from([0.0, 0.7, 1.0]), seed=st.integers(0, 2**32),
+       others=st.integers(0, 2))
+def test_a_request_resumed_from_its_committed_tokens_goes_on_exactly_as_before(cut: int, temperature: float,
+                                                                               seed: int, others: int) -> None:
+    """What a restarted verifier does: prefill prompt + the first ``cut`` committed tokens (and their
+    log-probs), then go on; the rest is token- and log-prob-identical to the undisturbed run, whatever
+    else runs beside it."""
+    if not _RESUME_MODEL:
+        _RESUME_MODEL.append(ours_from_hf(tiny_hf_model("llama", seed=4)))
+    model = _RESUME_MODEL[0]
+    params = SamplingParams(temperature=temperature, max_tokens=24)
+    prompt = [3, 1, 4, 1, 5]
+    (ref,) = Engine(model, max_batch=1, max_len=64).run([Sequence("r", prompt, params, seed=seed)])
+    if ref.finished and len(ref.output_ids) <= cut:
+        cut = len(ref.output_ids) - 1
+    if cut < 1:
+        return
+    resumed = Sequence("r", prompt, params, seed=seed, output_ids=ref.output_ids[:cut], logprobs=ref.logprobs[:cut])
+    company = [Sequence(f"o{i}", [7, 8, 9 + i], params, seed=i) for i in range(others)]
+    Engine(model, max_batch=3, max_len=64).run(company + [resumed])
+    assert resumed.output_ids == ref.output_ids and resumed.finish_reason == ref.finish_reason
+    assert resumed.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+
+
+def test_a_resumed_request_that_had_finished_already_is_refused_by_name() -> None:
+    model = ours_from_hf(tiny_hf_model("llama"))
+    engine = Engine(model, max_batch=1, max_len=64, eos_token_ids=[2])
+    params = SamplingParams(temperature=1.0, max_tokens=4)
+    with pytest.raises(ValueError, match="finished already"):
+        engine.add(Sequence("done", [5, 6], params, seed=1, output_ids=[7, 2], logprobs=[-1.0, -1.0]))
+    with pytest.raises(ValueError, match="finished already"):
+        engine.add(Sequence("full", [5, 6], params, seed=1, output_ids=[7, 8, 9, 10], logprobs=[-1.0] * 4))
+    with pytest.raises(ValueError, match="log-probs"):
+        engine.add(Sequence("odd", [5, 6], params, seed=1, output_ids=[7, 8], logprobs=[-1.0]))
