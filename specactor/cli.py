@@ -142,10 +142,11 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "bench",
         help="the RL long-tail rollout workload: makespan and its phases beside their ceilings, per mode",
         description="Measure the RL long-tail rollout workload: by default 8 HumanEval prompts x 4 samples "
-        "(GRPO groups), each as long as the model's EOS makes it up to 768 tokens, at T=1 (the main case) and "
-        "T=0, two epochs with a real GRPO update in between, modes autoregressive and specactor; on 2 CPU cores "
-        "a run of the workload takes ~3 minutes and the GRPO step ~4, so the default bench takes ~40 minutes "
-        "(--temperatures 1 --epochs 1: ~7). Every mode runs on the same prompts and seeds. Per mode and epoch "
+        "(GRPO groups), each as long as the model's EOS makes it up to 768 tokens, at T=1 (the main case: two "
+        "epochs with a real GRPO update in between, a step on the first 4 prompts' groups) and T=0 (one epoch: "
+        "--other-epochs), modes autoregressive and specactor; on 2 CPU cores a run of the workload takes 1.5-3 "
+        "minutes and the GRPO step ~2.5, so the default bench takes ~20 minutes (--temperatures 1 --epochs 1: "
+        "~7). Every mode runs on the same prompts and seeds. Per mode and epoch "
         "it reports the makespan and its two phases (before and after half of the samples finished: large "
         "batch, then the tail) with their speedups over autoregressive, each beside three ceilings computed "
         "from the same run (an oracle choosing the best method and window per sample and batch size at the "

@@ -63,6 +63,11 @@ class Coordinator(Actor):
         #: called when a restarted verifier serves, before the requests are sent again (the engine
         #: loads the running weights into it); an exception fails every pending request
         self.restore: Callable[[], Awaitable[None]] | None = None
+        #: called with the name of another weight holder (a model drafter) that was restarted, so
+        #: that it drafts from the running weights, not the model's files (its drafts stay lossless
+        #: either way: only its acceptance is at stake)
+        self.restore_holder: Callable[[str], Awaitable[None]] | None = None
+        self._holder_restores: set[asyncio.Task[None]] = set()
         self._recovery: asyncio.Task[None] | None = None
         self._pongs: dict[int, asyncio.Future[None]] = {}
         self._ping_seq = 0
@@ -198,6 +203,18 @@ class Coordinator(Actor):
         if name == "verifier" and self.verifier_state == "restarting":
             # not here: restoring the weights waits for the verifier's answer, which this loop delivers
             self._recovery = asyncio.create_task(self._recover())
+        elif name != "verifier" and self.restore_holder is not None:
+            task = asyncio.create_task(self._restore_holder(name))
+            self._holder_restores.add(task)
+            task.add_done_callback(self._holder_restores.discard)
+
+    async def _restore_holder(self, name: str) -> None:
+        assert self.restore_holder is not None
+        try:
+            await self.restore_holder(name)
+        except Exception as exc:  # it drafts on from the model's files: lossless, only slower
+            self.log.warning("coordinator.error_reply", sender=name, code="weights",
+                             error=f"restarted drafter kept the model's weights: {exc}", ref="")
 
     async def _recover(self) -> None:
         """A new verifier serves: load the running weights into it, then send every waiting request."""
@@ -247,6 +264,7 @@ class RolloutEngine:
         self._weight_shapes: dict[str, tuple[int, ...]] = {}  # the model's, known once started
         self._unsynced_bytes = 0  # weight bytes sent since the holders last caught up
         self.coordinator.restore = self._restore_weights
+        self.coordinator.restore_holder = self._restore_holder_weights
         self._events_before: str | None = None
 
     async def __aenter__(self) -> "RolloutEngine":
@@ -448,9 +466,14 @@ class RolloutEngine:
                                              error=f"drafter kept its old weights: {ack.detail}", ref=update_id)
         return self.version
 
-    async def _restore_weights(self) -> None:
-        """Load the running weights into a verifier the supervisor restarted (it starts from the
-        model's files): the last update again, under the running version."""
+    async def _restore_holder_weights(self, name: str) -> None:
+        """A model drafter the supervisor restarted gets the running weights, as the verifier does."""
+        if name in self._weight_holders[1:]:
+            await self._restore_weights(name)
+
+    async def _restore_weights(self, peer: str = "verifier") -> None:
+        """Load the running weights into a verifier (or model drafter) the supervisor restarted (it
+        starts from the model's files): the last update again, under the running version."""
         if self.version == 0:
             return
         if self._running_update is None:
@@ -459,10 +482,10 @@ class RolloutEngine:
         path, chunks = self._running_update
         update_id = uuid.uuid4().hex
         for chunk in chunks:
-            await self.coordinator.send("verifier", msgspec.structs.replace(chunk, update_id=update_id))
+            await self.coordinator.send(peer, msgspec.structs.replace(chunk, update_id=update_id))
             await asyncio.sleep(0)
         commit = p.WeightsCommit(update_id=update_id, version=self.version, in_flight="finish", path=path)
-        (ack,) = await self.coordinator.control(["verifier"], lambda _: commit, update_id)
+        (ack,) = await self.coordinator.control([peer], lambda _: commit, update_id)
         if not ack.ok:
             raise RuntimeError(ack.detail)
 

@@ -71,6 +71,7 @@ class BenchOptions:
     modes: tuple[str, ...] = DEFAULT_MODES
     out: str = "bench/results/suite"
     lr: float = 2e-6
+    update_groups: int | None = 4  # prompts whose groups the GRPO step trains on (None: all; see bench/update.py)
     engine: EngineConfig = field(default_factory=EngineConfig)  # every run's settings but mode, drafters, sizes
 
     @classmethod
@@ -114,7 +115,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         "runs": [], "ceilings": [], "update": None, "skipped": {}}
     cost = CostModel.from_profile(opts.engine.profile)
     why_no_vllm = vllm_available()
-    update = PolicyUpdate(work, opts.lr, progress) if opts.epochs > 1 else None
+    update = PolicyUpdate(work, opts.lr, progress, opts.update_groups) if opts.epochs > 1 else None
     main_work = work
     for index, temperature in enumerate(opts.temperatures):
         work = main_work if index == 0 else replace(main_work, epochs=min(opts.other_epochs, opts.epochs))

@@ -58,7 +58,7 @@ class DraftActor(Actor):
         self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._commits: list[tuple[str, p.WeightsCommit]] = []  # applied between drafting rounds
         self._rollouts: list[p.Rollouts] = []  # finished samples, for a drafter that learns from them
-        self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0}
+        self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0, "version": 0}
 
     async def on_start(self) -> None:
         if self.threads:
@@ -125,6 +125,8 @@ class DraftActor(Actor):
                     self.log.info("draft.trained", method=self.method, version=commit.version, **vars(report))
             weights = None  # drop the staged chunks and the old model, then give their pages back
             await self.run_blocking(release_freed_memory)
+            if not error and load is not None:
+                self.stats["version"] = commit.version  # the policy version its drafts come from
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))
 

@@ -136,6 +136,32 @@ async def test_a_killed_model_drafter_is_restarted_and_nothing_differs(tiny_chec
     assert sum(r.stats.drafted for r in again) > 0
 
 
+async def test_a_restarted_model_drafter_gets_the_running_weights_back(tiny_checkpoint, session_cache,
+                                                                       monkeypatch, tiny_model) -> None:
+    """It starts from the model's files; the engine loads the last update into it, as it does into a
+    restarted verifier (its drafts were lossless either way; its acceptance is what is at stake)."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    from specactor.weight_update import read_checkpoint
+
+    update = _perturbed(read_checkpoint(tiny_checkpoint))
+    params = SamplingParams(temperature=1.0, max_tokens=300, seed=5, n=2)
+    reference = await _undisturbed(tiny_checkpoint, params, update=update)
+    async with RolloutEngine(_config(tiny_checkpoint, mode="coupled", drafters=["model"])) as engine:
+        await engine.update_weights(update)
+        assert (await engine.stats())["draft-model"]["version"] == 1
+        os.kill(engine.system.pid("draft-model"), signal.SIGKILL)
+        version = None
+        for _ in range(600):
+            version = (await engine.stats()).get("draft-model", {}).get("version")
+            if engine.system.restarts.get("draft-model") == 1 and version == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.system.restarts == {"draft-model": 1} and version == 1
+        results = await engine.generate(PROMPTS, params, request_ids=IDS)
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert sum(r.stats.accepted for r in results) > 0
+
+
 async def test_a_corrupt_checkpoint_is_a_named_error_and_the_engine_serves_on(tiny_checkpoint, session_cache,
                                                                               monkeypatch, tmp_path) -> None:
     """A trainer still writing its checkpoint: safetensors raises its own error, which used to kill
