@@ -335,13 +335,10 @@ class RolloutEngine:
                                threads=int(threads) if threads else None)
 
     async def _spawn(self, name: str, cls: str, kwargs: dict[str, Any], process: bool) -> None:
-        if process:
-            env = {"OMP_NUM_THREADS": str(kwargs.get("threads") or "")} if kwargs.get("threads") else {}
-            await self.system.spawn(ActorSpec(name=name, cls=cls, kwargs=kwargs, env=env))
-        else:
-            from specactor.actor.spec import load_class
-
-            await self.system.spawn(load_class(cls)(name=name, **kwargs))
+        """Start an actor from its spec, in a child process or in this one: either way the
+        supervisor can start it again if it dies."""
+        env = {"OMP_NUM_THREADS": str(kwargs.get("threads") or "")} if process and kwargs.get("threads") else {}
+        await self.system.spawn(ActorSpec(name=name, cls=cls, kwargs=kwargs, env=env), local=not process)
 
     def _expand(self, prompt_ids: Any, sampling_params: Params | None, request_ids: Seq[str] | None,
                 request_id: str | None) -> tuple[Any, list[Job]]:

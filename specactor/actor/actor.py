@@ -51,9 +51,11 @@ class Actor:
         heartbeat_s: float = 0.2,
         drain_timeout_s: float = 5.0,
         send_timeout_s: float | None = None,
+        spill_bytes: int = 64 << 20,
     ) -> None:
         self.name = check_name(name)
         self.hwm = hwm
+        self.spill_bytes = spill_bytes  # per peer, queued beyond ZeroMQ's hwm before a send waits
         self.max_message_bytes = max_message_bytes
         self.heartbeat_s = heartbeat_s
         self.drain_timeout_s = drain_timeout_s
@@ -109,7 +111,8 @@ class Actor:
         return self._mailbox.address
 
     async def send(self, peer: str, msg: p._Msg, *, timeout_s: float | None = -1.0) -> bool:
-        """Send ``msg`` to ``peer``; wait while its queue is full (backpressure).
+        """Send ``msg`` to ``peer``, in order; a peer that is not reading gets it queued (up to
+        ``spill_bytes``), and only beyond that does this wait (backpressure).
 
         ``timeout_s``: how long to wait for room (default: the actor's ``send_timeout_s``;
         0: drop at once if the queue is full, for advisory messages that must not hold
@@ -182,7 +185,7 @@ class Actor:
     ) -> None:
         """Bind, announce, serve until stopped. Returns after a clean stop."""
         linger_ms = int(self.drain_timeout_s * 1000)
-        self._mailbox = Mailbox(ctx, bind_address, self.hwm, linger_ms, self.max_message_bytes)
+        self._mailbox = Mailbox(ctx, bind_address, self.hwm, linger_ms, self.max_message_bytes, self.spill_bytes)
         self.directory[self.name] = self._mailbox.address
         if on_bound is not None:
             on_bound(self._mailbox.address)

@@ -66,12 +66,16 @@ class AddressAllocator:
             self._ipc_dir = tempfile.mkdtemp(prefix="sa-", dir="/tmp" if os.path.isdir("/tmp") else None)
         return self._ipc_dir
 
-    def allocate(self, name: str) -> str:
+    def allocate(self, name: str, generation: int = 0) -> str:
+        """``generation``: how many times ``name`` was started before. A restarted actor gets an
+        endpoint of its own: inproc peers are not reconnected to a new binder of the same name, and
+        a closing ipc socket may unlink its path after the new one has bound it."""
         check_name(name)
+        suffix = f"-{generation}" if generation else ""
         if self.transport is Transport.INPROC:
-            return f"inproc://specactor-{self.system_id}-{name}"
+            return f"inproc://specactor-{self.system_id}-{name}{suffix}"
         if self.transport is Transport.IPC:
-            return f"ipc://{self.ipc_dir}/{name}"
+            return f"ipc://{self.ipc_dir}/{name}{suffix}"
         return f"tcp://{self.host}:*"
 
     def cleanup(self) -> None:

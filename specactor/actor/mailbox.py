@@ -1,8 +1,13 @@
 """ZeroMQ endpoints of one actor: a bound PULL inbox and PUSH outboxes.
 
-High-water marks bound every queue: when a peer is slow, its inbox fills, our
-outbox fills, and ``send`` waits. That wait is the backpressure that keeps
-memory bounded; nothing buffers without limit in between.
+High-water marks bound every ZeroMQ queue (in messages). Beyond them, a
+message to a peer that is not reading goes to that peer's spill queue, kept
+in order and bounded in bytes (``spill_bytes``), which a background task
+feeds to ZeroMQ as the peer reads again: so a busy loop (the verifier's
+steps) never waits on a reader that stopped for a while (a host loop that
+trains), and messages to one peer keep their order. Only when the spill is
+full does ``send`` wait: that wait is the backpressure that keeps memory
+bounded. Advisory sends (``timeout_ms=0``) never spill: they are dropped.
 
 Sockets are plain (non-asyncio) ZeroMQ sockets driven by :class:`Readiness`:
 operations are tried with NOBLOCK first (no future per message on the hot
@@ -14,6 +19,7 @@ ZeroMQ's fd is edge-triggered, so readiness is always re-checked through
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 import zmq
 
@@ -65,6 +71,16 @@ class Readiness:
         self._waiters.clear()
 
 
+class _Spill:
+    """Messages for one peer that ZeroMQ had no room for, in order, and the task feeding them."""
+
+    def __init__(self) -> None:
+        self.frames: deque[tuple[list[bytes], int]] = deque()
+        self.bytes = 0
+        self.room = asyncio.Event()  # set whenever the feeder took a message out
+        self.feeder: asyncio.Task[None] | None = None
+
+
 class Mailbox:
     def __init__(
         self,
@@ -73,9 +89,12 @@ class Mailbox:
         hwm: int,
         linger_ms: int,
         max_message_bytes: int,
+        spill_bytes: int = 0,
     ) -> None:
         self._ctx = ctx
         self._hwm = hwm
+        self._spill_bytes = spill_bytes
+        self._spills: dict[str, _Spill] = {}
         self._linger_ms = linger_ms
         self.inbox = ctx.socket(zmq.PULL)
         self.inbox.setsockopt(zmq.RCVHWM, hwm)
@@ -120,8 +139,60 @@ class Mailbox:
         return sock, ready
 
     async def send(self, peer: str, address: str, frames: list[bytes], timeout_ms: int | None) -> bool:
-        """Send; wait while the peer's queue is full. False if ``timeout_ms`` ran out."""
+        """Send, or queue behind what waits for ``peer``; wait only while its spill is full.
+        False if ``timeout_ms`` ran out (0: dropped at once unless ZeroMQ takes it now)."""
         sock, ready = self._outbox(peer, address)
+        spill = self._spills.get(peer)
+        if spill is None or not spill.frames:
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                pass
+        if timeout_ms == 0:
+            return False
+        if self._spill_bytes <= 0:
+            return await self._send_waiting(sock, ready, frames, timeout_ms)
+        if spill is None:
+            spill = self._spills[peer] = _Spill()
+        size = sum(len(f) for f in frames)
+        deadline = None if timeout_ms is None else asyncio.get_running_loop().time() + timeout_ms / 1000
+        while spill.frames and spill.bytes + size > self._spill_bytes:
+            spill.room.clear()
+            left = None if deadline is None else deadline - asyncio.get_running_loop().time()
+            if left is not None and left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(spill.room.wait(), left)
+            except asyncio.TimeoutError:
+                return False
+            if self._spills.get(peer) is not spill:  # the peer was forgotten (down) meanwhile
+                return False
+        spill.frames.append((frames, size))
+        spill.bytes += size
+        if spill.feeder is None or spill.feeder.done():
+            spill.feeder = asyncio.create_task(self._feed(peer, spill, sock, ready))
+        return True
+
+    async def _feed(self, peer: str, spill: _Spill, sock: zmq.Socket, ready: Readiness) -> None:
+        """Hand ``peer``'s spilled messages to ZeroMQ, in order, as it makes room."""
+        while spill.frames:
+            try:
+                sock.send_multipart(spill.frames[0][0], zmq.NOBLOCK)
+            except zmq.Again:
+                await ready.wait(zmq.POLLOUT)
+                continue
+            _, size = spill.frames.popleft()
+            spill.bytes -= size
+            spill.room.set()
+
+    def spilled(self) -> tuple[int, int]:
+        """(messages, bytes) waiting in spill queues."""
+        return (sum(len(s.frames) for s in self._spills.values()),
+                sum(s.bytes for s in self._spills.values()))
+
+    async def _send_waiting(self, sock: zmq.Socket, ready: Readiness, frames: list[bytes],
+                            timeout_ms: int | None) -> bool:
         while True:
             try:
                 sock.send_multipart(frames, zmq.NOBLOCK)
@@ -138,13 +209,26 @@ class Mailbox:
 
     def forget(self, peer: str) -> None:
         """Drop the outbox to a dead peer without waiting for queued frames."""
+        self._drop_spill(peer)
         entry = self._outboxes.pop(peer, None)
         if entry is not None:
             entry[1].close()
             entry[0].close(linger=0)
 
+    def _drop_spill(self, peer: str) -> None:
+        spill = self._spills.pop(peer, None)
+        if spill is not None:
+            if spill.feeder is not None:
+                spill.feeder.cancel()
+            spill.frames.clear()
+            spill.bytes = 0
+            spill.room.set()  # senders waiting for room see the peer is gone
+
     def close(self) -> None:
-        """Close everything; outboxes keep their linger to flush queued frames."""
+        """Close everything; outboxes keep their linger to flush queued frames (spilled ones,
+        which a clean stop has sent before its Goodbyes were acknowledged, are dropped)."""
+        for peer in list(self._spills):
+            self._drop_spill(peer)
         self._inbox_ready.close()
         self.inbox.close(linger=0)
         for sock, ready, _ in self._outboxes.values():

@@ -58,14 +58,16 @@ class Producer(Actor):
         self.target = target
         self.data = b"x" * size
         self.sent = 0
+        self.done_at = 0.0  # wall clock when the last burst was handed over (comparable across processes)
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, p.StatsRequest):
-            await self.send(sender, p.StatsReply(name=self.name, values={"sent": self.sent}))
+            await self.send(sender, p.StatsReply(name=self.name, values={"sent": self.sent, "done_at": self.done_at}))
         elif isinstance(msg, p.Payload):
             for i in range(msg.seq):
                 await self.send(self.target, p.Payload(seq=i, data=self.data))
                 self.sent += 1
+            self.done_at = time.time()
 
 
 class Sink(Actor):

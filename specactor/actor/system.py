@@ -22,8 +22,10 @@ its spec, under the same name (``system.actor_restarted``), up to
 ``restarting``, and the new PeerDirectory that names it tells every peer it
 serves again (``Actor.on_peer_up``). Once the restarts are spent, or a
 restart itself fails, the actor stays down: its last PeerDown says so, and
-:attr:`ActorSystem.down` keeps the reason. In-process actors are not
-restarted (they share this process's fate).
+:attr:`ActorSystem.down` keeps the reason. An in-process actor started from a
+spec (``spawn(spec, local=True)``) is restarted the same way when its task
+raises (a loop or start-up that failed): a fresh instance from the spec. One
+given as an instance cannot be rebuilt, so it stays down.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class _Member:
     last_heartbeat: float = field(default_factory=time.monotonic)
     directory_version: int = 0
     down: str = ""
-    spec: ActorSpec | None = None  # a child's, to start it again
+    spec: ActorSpec | None = None  # how to start it again
+    local: bool = False  # the spec runs in this process
     stopping: bool = False  # stopped on purpose: its exit is no crash
 
 
@@ -151,8 +154,9 @@ class ActorSystem:
         member = self._members[name]
         return member.process.pid if member.process is not None else os.getpid()
 
-    async def spawn(self, actor: Actor | ActorSpec) -> str:
-        """Start an actor here (an Actor instance) or in a child (an ActorSpec).
+    async def spawn(self, actor: Actor | ActorSpec, *, local: bool = False) -> str:
+        """Start an actor here (an Actor instance, or an ActorSpec with ``local``) or in a
+        child process (an ActorSpec). A spec can be started again after a crash.
 
         Returns its address once it is serving and every actor knows it.
         """
@@ -162,9 +166,9 @@ class ActorSystem:
         name = check_name(actor.name)
         if name in self._members or name == SUPERVISOR:
             raise ValueError(f"an actor named {name!r} already exists")
-        if not isinstance(actor, Actor) and self.transport is Transport.INPROC:
+        if not isinstance(actor, Actor) and not local and self.transport is Transport.INPROC:
             raise ValueError("inproc cannot reach a child process: use transport 'ipc' or 'tcp'")
-        member = _Member(name)
+        member = _Member(name, local=local)
         self._members[name] = member
         await self._start(member, actor)
         self.log.info("system.spawned", name=name, process=member.process is not None, address=member.address)
@@ -175,7 +179,10 @@ class ActorSystem:
         """Start ``member``'s actor and wait until it is ready (RuntimeError if it is not)."""
         assert self._ctx is not None
         name = member.name
-        bind = self.allocator.allocate(name)
+        bind = self.allocator.allocate(name, self.restarts.get(name, 0))
+        if isinstance(actor, ActorSpec) and member.local:
+            member.spec = actor
+            actor = _build_local(actor)
         if isinstance(actor, Actor):
             member.actor = actor
             member.task = asyncio.create_task(actor.serve(bind, self._ctx, self.supervisor.address))
@@ -190,7 +197,7 @@ class ActorSystem:
             member.monitor = asyncio.create_task(self._monitor_process(member))
         try:
             done, _ = await asyncio.wait(
-                [member.ready] + ([member.monitor] if member.monitor else []),
+                [member.ready] + [t for t in (member.monitor, member.task) if t is not None],
                 timeout=self.ready_timeout_s, return_when=asyncio.FIRST_COMPLETED,
             )
         except BaseException:
@@ -198,11 +205,13 @@ class ActorSystem:
             raise
         if member.ready not in done:
             await self._kill(member)
-            raise RuntimeError(
-                f"actor {name!r} did not become ready"
-                + (f" (exited with code {member.process.returncode})" if member.process and member.process.returncode is not None
-                   else f" within {self.ready_timeout_s} s")
-            )
+            if member.task is not None and member.task.done() and not member.task.cancelled():
+                why = f" (its start raised {member.task.exception()!r})"
+            elif member.process and member.process.returncode is not None:
+                why = f" (exited with code {member.process.returncode})"
+            else:
+                why = f" within {self.ready_timeout_s} s"
+            raise RuntimeError(f"actor {name!r} did not become ready{why}")
 
     async def send(self, name: str, msg: p._Msg) -> bool:
         """Send a message to an actor as the supervisor (replies land in ``replies``)."""
@@ -294,11 +303,11 @@ class ActorSystem:
         while restarting:
             assert spec is not None
             self.restarts[name] = self.restarts.get(name, 0) + 1
-            fresh = _Member(name)
+            fresh = _Member(name, local=member.local)
             self._members[name] = fresh
             try:
                 await self._start(fresh, spec)
-            except (RuntimeError, OSError) as exc:
+            except Exception as exc:  # a local spec's constructor may raise anything
                 reason = f"restart {self.restarts[name]} of {self.max_restarts} failed: {exc}"
                 self.log.error("system.actor_crashed", name=name, returncode=None, error=reason)
                 fresh.down = reason
@@ -323,11 +332,15 @@ class ActorSystem:
             await self._failed(member, f"process exited with code {code}")
 
     def _on_local_exit(self, member: _Member, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None or self._stopping or member.down:
+        if task.cancelled() or task.exception() is None or self._stopping or member.down or member.stopping:
             return
         self.log.error("system.actor_crashed", name=member.name, returncode=None,
                        error=repr(task.exception()))
-        asyncio.get_running_loop().create_task(self._report_down(member, f"crashed: {task.exception()!r}"))
+        reason = f"crashed: {task.exception()!r}"
+        loop = asyncio.get_running_loop()
+        if member.ready.done():  # a start-up failure is _start's to report
+            loop.create_task(self._failed(member, reason) if member.spec is not None
+                             else self._report_down(member, reason))
 
     async def _watch_heartbeats(self) -> None:
         last = time.monotonic()
@@ -365,3 +378,10 @@ class ActorSystem:
         if member.process is not None and member.process.returncode is None:
             member.process.send_signal(signal.SIGKILL)
             await member.process.wait()
+
+
+def _build_local(spec: ActorSpec) -> Actor:
+    """An in-process actor from its spec (``env`` is a child's: it does not apply here)."""
+    from specactor.actor.spec import load_class
+
+    return load_class(spec.cls)(name=spec.name, **spec.kwargs)

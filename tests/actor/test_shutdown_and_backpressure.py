@@ -42,7 +42,7 @@ async def test_slow_consumer_applies_backpressure_not_memory_growth() -> None:
         slow.keep = False
         await system.spawn(slow)
         await system.spawn(ActorSpec(name="producer", cls="specactor.actor.probes:Producer",
-                                     kwargs={"target": "slow", "size": 2048, "hwm": 20}))
+                                     kwargs={"target": "slow", "size": 2048, "hwm": 20, "spill_bytes": 4 << 20}))
         proc = psutil.Process(system.pid("producer"))
         rss_before = proc.memory_info().rss
         await system.send("producer", p.Payload(seq=100_000))
@@ -53,7 +53,7 @@ async def test_slow_consumer_applies_backpressure_not_memory_growth() -> None:
         received = slow.count
         # The consumer got only what it could handle (about 1 per ms) ...
         assert received < 5000
-        # ... and the producer holds at most a few MB of queued frames, not 200 MB.
+        # ... and the producer holds at most its spill (4 MB) and a few MB of queued frames, not 200 MB.
         growth_mb = (max(samples) - rss_before) / 2**20
         assert growth_mb < 16, f"producer grew by {growth_mb:.1f} MB"
         # the producer is blocked on sending, not dead
@@ -77,3 +77,47 @@ async def test_an_advisory_send_to_a_full_peer_is_dropped_at_once_not_waited_for
         results = [await sender.send("stuck", p.Payload(seq=i), timeout_s=0) for i in range(200)]
         assert time.monotonic() - started < 5.0
         assert results[0] and not all(results) and results.count(True) < 50
+
+
+class _SeqRecorder(Collector):
+    """Keeps only the order of the payloads' sequence numbers (the payloads are large)."""
+
+    def __init__(self, name: str, **kwargs: object) -> None:
+        super().__init__(name, **kwargs)  # type: ignore[arg-type]
+        self.seqs: list[int] = []
+
+    async def handle(self, sender: str, msg: p.Message) -> None:
+        if isinstance(msg, p.Payload):
+            self.seqs.append(msg.seq)
+
+
+@pytest.mark.parametrize("spill_bytes", [256 << 20, 0])
+async def test_a_peer_that_stops_reading_for_a_while_does_not_hold_the_sender_up(spill_bytes: int) -> None:
+    """The verifier sends results and verdicts to actors in the caller's process; an RL loop that
+    trains in that process stops reading for a while. The sender goes on (its messages wait in
+    its spill, in order) instead of waiting once the sockets are full; without a spill (0) it
+    waits, which is what this test would see if the spill did not work."""
+    import time
+
+    async with ActorSystem("ipc") as system:
+        reader = _SeqRecorder("reader", hwm=2)
+        owner = Collector("owner")
+        await system.spawn(reader)
+        await system.spawn(owner)
+        await system.spawn(ActorSpec(name="producer", cls="specactor.actor.probes:Producer",
+                                     kwargs={"target": "reader", "size": 1 << 20, "hwm": 2, "spill_bytes": spill_bytes}))
+        await system.send("producer", p.Payload(seq=200))
+        await asyncio.sleep(0.05)  # the Payload is on its way
+        time.sleep(1.5)  # this process (the reader's) stops reading: 200 MB is more than the sockets hold
+        woke = time.time()
+        await owner.send("producer", p.StatsRequest())
+        _, reply = await asyncio.wait_for(owner.received.get(), 20)
+        for _ in range(400):
+            if len(reader.seqs) == 200:
+                break
+            await asyncio.sleep(0.05)
+    assert reader.seqs == list(range(200))  # everything, in order
+    if spill_bytes:
+        assert reply.values["sent"] == 200 and 0 < reply.values["done_at"] < woke
+    else:
+        assert reply.values["done_at"] > woke

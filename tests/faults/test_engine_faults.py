@@ -136,6 +136,51 @@ async def test_a_killed_model_drafter_is_restarted_and_nothing_differs(tiny_chec
     assert sum(r.stats.drafted for r in again) > 0
 
 
+async def _crash_local_mid_rollout(engine: RolloutEngine, task: asyncio.Future, name: str) -> None:
+    """Make the in-process actor ``name`` fail the way a bug would: one of its loops raises."""
+    for _ in range(600):
+        if task.done() or (await engine.stats()).get("verifier", {}).get("steps", 0) >= 20:
+            break
+        await asyncio.sleep(0.05)
+    assert not task.done(), "the rollout finished before the crash"
+
+    async def bug() -> None:
+        raise RuntimeError("a bug in the actor")
+
+    engine.system._members[name].actor.start_loop(bug())
+
+
+@pytest.mark.parametrize("victim, overrides", [("draft-ngram", {"drafters": ["ngram"], "policy": False}),
+                                               ("policy", {"drafters": ["ngram", "suffix"]})])
+async def test_an_in_process_actor_that_crashes_is_restarted_and_nothing_differs(tiny_checkpoint, session_cache,
+                                                                                  monkeypatch, events_file, victim,
+                                                                                  overrides) -> None:
+    """Cheap drafters and the policy live in the caller's process: before, a crash left them down
+    for the rest of the engine's life (requests went on undrafted)."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    params = SamplingParams(temperature=0.0, max_tokens=300, seed=5, n=2)
+    reference = await _undisturbed(tiny_checkpoint, params)
+    async with RolloutEngine(_config(tiny_checkpoint, mode="specactor", **overrides)) as engine:
+        first = engine.system._members[victim].actor
+        task = asyncio.ensure_future(engine.generate(PROMPTS, params, request_ids=IDS))
+        await _crash_local_mid_rollout(engine, task, victim)
+        results = await asyncio.wait_for(task, 300)
+        for _ in range(400):
+            if engine.system.restarts.get(victim) == 1 and victim not in engine.system.down:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.system.restarts == {victim: 1} and (await engine.health())["ok"]
+        assert engine.system._members[victim].actor is not first
+        again = await engine.generate(PROMPTS, params, request_ids=IDS)
+        stats = await engine.stats()
+    assert {r.request_id: r.token_ids for r in results} == reference
+    assert {r.request_id: r.token_ids for r in again} == reference
+    if victim.startswith("draft-"):  # the new drafter drafts for the next requests
+        assert stats[victim]["tokens"] > 0 and sum(r.stats.drafted for r in again) > 0
+    restarted = [e for e in events_file() if e["event"] == "system.actor_restarted"]
+    assert [e["name"] for e in restarted] == [victim]
+
+
 async def test_a_restarted_model_drafter_gets_the_running_weights_back(tiny_checkpoint, session_cache,
                                                                        monkeypatch, tiny_model) -> None:
     """It starts from the model's files; the engine loads the last update into it, as it does into a

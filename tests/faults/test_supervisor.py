@@ -112,6 +112,29 @@ async def test_a_dead_local_loop_is_reported_as_a_crash() -> None:
         assert down.name == "victim" and "loop failed" in down.reason and not down.restarting
 
 
+async def test_an_in_process_actor_started_from_a_spec_is_restarted_when_its_loop_dies(events_file) -> None:
+    async with ActorSystem("inproc", max_restarts=1) as system:
+        owner = Collector("owner")
+        await system.spawn(owner)
+        await system.spawn(ActorSpec(name="victim", cls=LOOP_FAILER), local=True)
+        first = system._members["victim"].actor
+        await owner.send("victim", p.Payload(seq=1))
+        down = await _next(owner, p.PeerDown)
+        assert down.name == "victim" and down.restarting and "loop failed" in down.reason
+        deadline = time.monotonic() + 10
+        while system.restarts.get("victim") != 1 or "victim" in system.down:
+            assert time.monotonic() < deadline, "not restarted"
+            await asyncio.sleep(0.02)
+        assert system._members["victim"].actor is not first
+        assert await _pid(system, owner, "victim") == os.getpid()  # the new one serves, in this process
+        await owner.send("victim", p.Payload(seq=1))  # restarts spent: down for good, and says so
+        down = await _next(owner, p.PeerDown)
+        while down.restarting:
+            down = await _next(owner, p.PeerDown)
+        assert down.name == "victim" and "victim" in system.down
+    assert [e["name"] for e in events_file() if e["event"] == "system.actor_restarted"] == ["victim"]
+
+
 async def test_an_error_is_never_answered_with_an_error() -> None:
     async with ActorSystem("inproc") as system:
         a, b = Rejecter("a"), Rejecter("b")
