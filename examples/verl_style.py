@@ -6,10 +6,11 @@ An agent loop runs one coroutine per sample (a GRPO group is n separate requests
 with their own ids), many in flight at once, each awaiting its own answer. The
 daemon batches whatever is in flight and speculates on it.
 
-    specactor serve --endpoint tcp://127.0.0.1:5557 &
+    specactor serve --endpoint tcp://127.0.0.1:5557 [--backend vllm] &
     python examples/verl_style.py --endpoint tcp://127.0.0.1:5557
 
-Without ``--endpoint`` the example starts a daemon of its own and stops it at the end.
+Without ``--endpoint`` the example starts a daemon of its own (``--backend vllm``: vLLM verifies
+what specactor's drafters propose) and stops it at the end. docs/verl.md says how a verl job uses it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4, help="samples per prompt (a GRPO group)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--backend", default="torch", choices=("torch", "vllm"),
+                        help="the started daemon's verifier: specactor's engine or vLLM")
     args = parser.parse_args()
 
     from specactor.models import resolve_model
@@ -70,7 +73,8 @@ def main() -> None:
 
     tok = Tokenizer(resolve_model(None))  # the client tokenizes; the daemon works on token ids
     prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(args.prompts)]
-    daemon = None if args.endpoint else DaemonProcess.start("--max-batch", str(args.prompts * args.n))
+    daemon = None if args.endpoint else DaemonProcess.start("--max-batch", str(args.prompts * args.n),
+                                                            "--backend", args.backend)
     endpoint = args.endpoint or daemon.endpoint  # type: ignore[union-attr]
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
     start = time.perf_counter()

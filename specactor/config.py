@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import torch
 
 MODES = ("autoregressive", "coupled", "specactor")
+BACKENDS = ("torch", "vllm")  # the verifier's engine: specactor's own, or vLLM (specactor.vllm_backend)
 DTYPES = ("float32", "bfloat16")
 PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
 
@@ -59,6 +60,9 @@ class EngineConfig:
     #: measured, "packaged" = the one shipped (another machine's, corrected online), else a file.
     #: Default: $SPECACTOR_PROFILE, else auto.
     profile: str | None = field(default_factory=lambda: os.environ.get("SPECACTOR_PROFILE") or None)
+    #: the verifier's engine: "torch" (specactor's) or "vllm" (vLLM verifies, specactor's drafters and
+    #: policy feed it; needs `bash scripts/setup.sh --vllm`; one candidate verified a step, so no racing)
+    backend: str = "torch"
 
     def check(self) -> None:
         """Raise ValueError naming the first setting that cannot work."""
@@ -87,6 +91,17 @@ class EngineConfig:
             raise ValueError(f"profile {self.profile!r}: no such file (or choose one of "
                              f"{', '.join(p for p in PROFILES if p)})")
         check_device(self.device)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.backend == "vllm":
+            if not self.processes:
+                raise ValueError("backend vllm runs vLLM in the verifier's own process: needs processes=True")
+            from specactor.vllm_backend import require_vllm
+
+            try:
+                require_vllm()
+            except RuntimeError as exc:
+                raise ValueError(str(exc)) from None
 
     @property
     def torch_dtype(self) -> "torch.dtype":
@@ -95,7 +110,7 @@ class EngineConfig:
     @property
     def measure_profile(self) -> bool:
         """Whether the verifier measures this machine's cost profile when none is cached."""
-        return self.mode == "specactor" and self.policy and self.profile in (None, "auto")
+        return self.mode == "specactor" and self.policy and self.profile in (None, "auto") and self.backend == "torch"
 
     @property
     def verifier_thread_count(self) -> int | None:

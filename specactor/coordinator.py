@@ -302,7 +302,7 @@ class RolloutEngine:
                            "progress_every_s": cfg.progress_every_s,
                            "policy": "policy" if use_policy else None,
                            "learners": ["draft-learned"] if "learned" in cfg.active_drafters else [],
-                           "profile": cfg.measure_profile}
+                           "profile": cfg.measure_profile, "backend": cfg.backend}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a
@@ -318,7 +318,9 @@ class RolloutEngine:
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
                               {"methods": cfg.active_drafters, "max_window": cfg.window,
-                               "profile": await self._policy_profile(), "racing": cfg.racing}, False)
+                               "profile": await self._policy_profile(),
+                               # vLLM verifies one candidate a step, not a token tree: nothing to race
+                               "racing": cfg.racing and cfg.backend == "torch"}, False)
 
     async def _policy_profile(self) -> str:
         """The cost profile the policy decides on: the file ``profile`` names, or the packaged one;
@@ -330,6 +332,8 @@ class RolloutEngine:
         cfg = self.config
         if cfg.profile not in (None, "auto", "cached"):
             return str(cfg.profile)
+        if cfg.backend != "torch":  # this machine's profile is our engine's, not vLLM's
+            return "packaged"
         threads = (await self.stats(timeout_s=10.0)).get("verifier", {}).get("threads")
         return resolve_profile(cfg.profile, resolve_model(cfg.model), dtype=cfg.dtype, device=cfg.device,
                                threads=int(threads) if threads else None)

@@ -46,6 +46,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     if "max_len" not in without:
         group.add_argument("--max-len", type=positive_int, default=1024,
                            help="longest prompt + max_tokens a request may have (sizes the KV cache)")
+    group.add_argument("--backend", default="torch", choices=("torch", "vllm"),
+                       help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
+                            "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")
     group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA is untested, see README)")
     group.add_argument("--dtype", default="float32", choices=DTYPES,
                        help="precision of the target's weights, activations and KV cache")
@@ -81,7 +84,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         "model": args.model, "k": args.k, "window": args.window, "max_batch": args.max_batch,
         "device": args.device, "dtype": args.dtype, "verifier_threads": args.threads,
         "policy": not args.no_policy, "racing": not args.no_racing,
-        "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight,
+        "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight, "backend": args.backend,
     }
     if "mode" in given:
         fields["mode"] = args.mode

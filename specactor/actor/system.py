@@ -348,10 +348,12 @@ class ActorSystem:
             await asyncio.sleep(self.heartbeat_s)
             now = time.monotonic()
             stalled, last = now - last > self.heartbeat_s + self.hung_after_s / 2, now
-            if stalled:  # our own loop was busy: heartbeats may be waiting unread, so judge next round
-                continue
+            if stalled or self._stopping:  # our own loop was busy: heartbeats may be waiting unread, so
+                continue  # judge next round; stopping: actors that said Goodbye beat no more
             for member in list(self._members.values()):
-                if member.process is None or member.down or not member.ready.done():
+                # judged once started (its on_start done: it acknowledged a directory); a start-up
+                # that holds the interpreter (vLLM's engine build) is bounded by ready_timeout_s instead
+                if member.process is None or member.down or not member.ready.done() or not member.directory_version:
                     continue
                 silent = now - member.last_heartbeat
                 if silent > self.hung_after_s and member.process.returncode is None:

@@ -58,9 +58,13 @@ class VerifyActor(Actor):
         learners: list[str] | None = None,
         profile: bool = False,
         progress_every_s: float = 1.0,
+        backend: str = "torch",
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.backend = backend  # torch: specactor's engine; vllm: vLLM's (specactor.vllm_backend)
         if mode not in ("coupled", "decoupled", "off"):
             raise ValueError(f"mode must be coupled, decoupled or off, got {mode!r}")
         self.model_name, self.mode, self.window = model, mode, window
@@ -109,6 +113,8 @@ class VerifyActor(Actor):
                 torch.set_num_threads(self.threads)
             self._threads = torch.get_num_threads()  # what the forward really uses (reported in stats)
             folder = resolve_model(self.model_name)
+            if self.backend == "vllm":
+                return self._load_vllm(folder)
             model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
             eos = set(model.cfg.eos_token_ids)
             tok_eos = Tokenizer(folder).eos_token_id
@@ -126,6 +132,23 @@ class VerifyActor(Actor):
         self.verifier = await self.run_blocking(load)
         self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
+
+    def _load_vllm(self, folder: Any) -> Verifier:
+        """vLLM verifies (in this process); the policy's cost profile is not measured for it: the
+        packaged one, corrected online by the measured steps, or the file the engine was given."""
+        from specactor.tokenizer import Tokenizer
+        from specactor.verifier.config import ModelConfig
+        from specactor.vllm_backend.engine import VllmEngine
+
+        eos = set(ModelConfig.from_dir(folder).eos_token_ids)
+        tok_eos = Tokenizer(folder).eos_token_id
+        if tok_eos is not None:
+            eos.add(tok_eos)
+        engine = VllmEngine(folder, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
+                            max_draft=max(self.window, 1), dtype=self.dtype, device=self.device,
+                            threads=self.threads)
+        self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
+        return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
     def on_closed(self) -> None:
         self.verifier = None
@@ -453,6 +476,9 @@ class VerifyActor(Actor):
                                  per_method=seq.per_method),
             policy_version=self.version, error=error))
 
+
+#: the engines a VerifyActor can verify with
+BACKENDS = ("torch", "vllm")
 
 #: finished request ids remembered, to drop the policy's late assignments for them
 FINISHED_IDS = 4096

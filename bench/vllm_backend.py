@@ -1,0 +1,175 @@
+"""vLLM with and without specactor on the long-tail workload, side by side in one script.
+
+    python bench/vllm_backend.py [--prompts 8] [--n 4] [--max-tokens 768] [--temperature 1]
+                                 [--modes ...] [--out bench/results/vllm_backend.json]
+
+Modes (each run after the other on the same machine, the HumanEval prompts in GRPO groups, lengths
+set by EOS up to ``--max-tokens``):
+
+- ``vllm``: stock vLLM 0.32, no speculation (its own sampler; a separate process, unpatched);
+- ``vllm+ngram``: stock vLLM with its own ngram speculation (4 tokens, prompt lookup 2-4);
+- ``vllm+keyed``: vLLM as specactor's verifier without drafts (``--backend vllm --mode
+  autoregressive``): specactor's position-keyed sampler, so the same tokens as the next mode;
+- ``vllm+specactor``: vLLM verifying what specactor's drafters (ngram, suffix) propose under the
+  Fastest-of-N policy (``--backend vllm --mode specactor``);
+- ``torch``, ``torch+specactor``: specactor's own engine, autoregressive and speculative.
+
+Per mode: makespan, tokens/s, drafted/accepted, the time after half the samples finished (the
+tail), and whether its samples equal those of the mode it must match (``vllm+specactor`` against
+``vllm+keyed``; ``torch+specactor`` against ``torch``). Stock vLLM samples with its own random
+streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODES = ("vllm", "vllm+ngram", "vllm+keyed", "vllm+specactor", "torch", "torch+specactor")
+
+
+def _workload(args: argparse.Namespace) -> tuple[list[list[int]], list[int]]:
+    from specactor.models import resolve_model
+    from specactor.prompts import humaneval_prompts
+    from specactor.tokenizer import Tokenizer
+    from specactor.verifier.config import ModelConfig
+
+    folder = resolve_model(None)
+    tok = Tokenizer(folder)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(args.prompts)]
+    eos = sorted(set(ModelConfig.from_dir(folder).eos_token_ids) | {tok.eos_token_id})
+    return prompts, eos
+
+
+def _summary(finish_s: list[float], tokens: list[int], wall: float, drafted: int, accepted: int,
+             max_tokens: int) -> dict:
+    order = sorted(finish_s)
+    half = order[len(order) // 2 - 1] if order else 0.0
+    return {"makespan_s": round(wall, 2), "tokens": sum(tokens), "tokens_per_s": round(sum(tokens) / wall, 1),
+            "tail_s": round(wall - half, 2), "drafted": drafted, "accepted": accepted,
+            "capped": sum(t >= max_tokens for t in tokens)}
+
+
+def stock_worker(args: argparse.Namespace) -> dict:
+    """Stock vLLM, in this (separate, unpatched) process: LLMEngine stepped here, finish times kept."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    from vllm import EngineArgs, SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    from specactor.models import resolve_model
+    from specactor.seeds import sample_seed
+
+    prompts, eos = _workload(args)
+    spec = ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+            if args.worker == "vllm+ngram" else None)
+    folder = str(resolve_model(None))
+    llm = LLMEngine.from_engine_args(EngineArgs(model=folder, tokenizer=folder, dtype="float32", enforce_eager=True,
+                                                max_model_len=1024, max_num_seqs=len(prompts) * args.n, seed=0,
+                                                enable_prefix_caching=False, speculative_config=spec))
+    tokens: dict[str, int] = {}
+    for i, prompt in enumerate(prompts):
+        for s in range(args.n):
+            rid = f"p{i}#{s}"
+            llm.add_request(rid, {"prompt_token_ids": prompt}, SamplingParams(
+                temperature=args.temperature, max_tokens=args.max_tokens, stop_token_ids=eos, ignore_eos=True,
+                seed=sample_seed(7, f"p{i}", s, 0), detokenize=False, output_kind=RequestOutputKind.DELTA))
+            tokens[rid] = 0
+    finish: list[float] = []
+    start = time.perf_counter()
+    while llm.has_unfinished_requests():
+        for out in llm.step():
+            tokens[out.request_id] += len(out.outputs[0].token_ids)
+            if out.finished:
+                finish.append(time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return _summary(finish, list(tokens.values()), wall, 0, 0, args.max_tokens)
+
+
+async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict[str, list[int]]]:
+    from specactor.coordinator import EngineConfig, RolloutEngine
+    from specactor.protocol import SamplingParams
+
+    prompts, _ = _workload(args)
+    backend = "vllm" if mode.startswith("vllm") else "torch"
+    speculative = mode.endswith("specactor")
+    config = EngineConfig(backend=backend, mode="specactor" if speculative else "autoregressive",
+                          drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024,
+                          profile="packaged" if backend == "vllm" else None)
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=7, n=args.n)
+    ids = [f"p{i}" for i in range(len(prompts))]
+    async with RolloutEngine(config) as engine:
+        finish: list[float] = []
+        results = []
+        start = time.perf_counter()
+        async for result in engine.stream(prompts, params, request_ids=ids):
+            finish.append(time.perf_counter() - start)
+            results.append(result)
+        wall = time.perf_counter() - start
+    summary = _summary(finish, [len(r.token_ids) for r in results], wall,
+                       sum(r.stats.drafted for r in results), sum(r.stats.accepted for r in results),
+                       args.max_tokens)
+    return summary, {r.request_id: list(r.token_ids) for r in results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=768)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--out", default="bench/results/vllm_backend.json")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a stock-vLLM run, in its own process
+    args = parser.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(stock_worker(args)), flush=True)
+        return
+    from specactor.vllm_backend import require_vllm
+
+    version = require_vllm()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
+    runs: dict[str, dict] = {}
+    tokens: dict[str, dict[str, list[int]]] = {}
+    for mode in modes:
+        print(f"{mode} ...", flush=True)
+        if mode in ("vllm", "vllm+ngram"):
+            proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
+                                   "--n", str(args.n), "--max-tokens", str(args.max_tokens),
+                                   "--temperature", str(args.temperature)], capture_output=True, text=True)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if line is None:
+                raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            runs[mode] = json.loads(line[len("RESULT "):])
+        else:
+            runs[mode], tokens[mode] = asyncio.run(specactor_run(args, mode))
+        print(f"  {runs[mode]}", flush=True)
+    for fast, plain in (("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")):
+        if fast in tokens and plain in tokens:
+            runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
+            runs[fast]["speedup_vs_" + plain] = round(runs[plain]["makespan_s"] / runs[fast]["makespan_s"], 3)
+    if "vllm+keyed" in tokens and "torch" in tokens:
+        runs["vllm+keyed"]["differing_from_torch"] = sum(tokens["vllm+keyed"][k] != tokens["torch"][k]
+                                                         for k in tokens["torch"])
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
+              "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
+              "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
+                           "temperature": args.temperature}, "runs": runs}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

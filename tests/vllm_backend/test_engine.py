@@ -1,0 +1,138 @@
+"""VllmEngine (vLLM verifying, specactor's sampling rule) on the real default model: without
+drafts it gives our engine's tokens at T=0 and T=1; with any drafts it gives the same tokens
+(a draft token is accepted iff it is the target's own position-keyed sample); aborts, resumes
+and weight updates behave as in our engine. One vLLM engine for the module (~15 s to start)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
+
+from specactor.protocol import SamplingParams  # noqa: E402
+from specactor.verifier.engine import Engine, Sequence  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TEXTS = ["def add(a, b):\n", 'def fib(n):\n    """Return the n-th Fibonacci number."""\n', "import numpy as np\n"]
+
+
+@pytest.fixture(scope="module")
+def setup(default_model):
+    from specactor.vllm_backend.engine import VllmEngine
+
+    from specactor.verifier.weights import load_causal_lm
+
+    folder, _, tok = default_model
+    model = load_causal_lm(folder)  # its own copy: a test loads other weights into it
+    eos = sorted(set(model.cfg.eos_token_ids) | {tok.eos_token_id})
+    vllm = VllmEngine(folder, max_batch=8, max_len=512, eos_token_ids=eos, max_draft=4, kv_cache_gb=1)
+    ours = Engine(model, max_batch=8, max_len=512, eos_token_ids=eos, pack=False)
+    prompts = [tok.encode(t) for t in TEXTS]
+    yield vllm, ours, prompts
+
+
+def _seqs(prompts, temperature: float, max_tokens: int = 40, seed: int = 11) -> list[Sequence]:
+    return [Sequence(f"r{i}", list(p), SamplingParams(temperature=temperature, max_tokens=max_tokens), seed=seed + i)
+            for i, p in enumerate(prompts)]
+
+
+def _run(engine, seqs: list[Sequence], drafter=None) -> list[Sequence]:
+    for seq in seqs:
+        engine.add(seq)
+    for _ in range(10_000):
+        if not engine.has_work:
+            break
+        drafts = {s.request_id: ("x", drafter(s)) for s in engine.running} if drafter else None
+        engine.step(drafts)
+    assert not engine.has_work
+    return seqs
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_without_drafts_the_tokens_are_our_engines(setup, temperature: float) -> None:
+    vllm, ours, prompts = setup
+    reference = _run(ours, _seqs(prompts, temperature))
+    got = _run(vllm, _seqs(prompts, temperature))
+    assert [s.output_ids for s in got] == [s.output_ids for s in reference]
+    assert [s.finish_reason for s in got] == [s.finish_reason for s in reference]
+    for a, b in zip(got, reference):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 2**31),
+       garbage=st.lists(st.integers(0, 49151), min_size=1, max_size=4), truth_share=st.floats(0, 1))
+def test_any_drafts_give_the_tokens_without_drafts(setup, temperature, seed, garbage, truth_share) -> None:
+    """Drafts mixing the true continuation (accepted) with anything else (rejected) never change
+    a token: the rule holds for all inputs, not only for good drafters."""
+    vllm, ours, prompts = setup
+    plain = {s.request_id: s.output_ids for s in _run(vllm, _seqs(prompts, temperature, 24, seed))}
+
+    def drafter(seq: Sequence) -> list[int]:
+        n = len(seq.output_ids)
+        truth = plain[seq.request_id][n:n + 4]
+        keep = int(len(truth) * truth_share)
+        return truth[:keep] + garbage[: 4 - keep]
+
+    got = _run(vllm, _seqs(prompts, temperature, 24, seed), drafter)
+    assert {s.request_id: s.output_ids for s in got} == plain
+
+
+def test_the_true_continuation_is_accepted_whole(setup) -> None:
+    vllm, ours, prompts = setup
+    plain = {s.request_id: s.output_ids for s in _run(vllm, _seqs(prompts, 1.0, 40))}
+    got = _run(vllm, _seqs(prompts, 1.0, 40),
+               lambda s: plain[s.request_id][len(s.output_ids):len(s.output_ids) + 4])
+    assert {s.request_id: s.output_ids for s in got} == plain
+    assert all(s.drafted > 0 and s.accepted == s.drafted for s in got)
+    assert all(s.steps <= len(s.output_ids) // 4 + 2 for s in got)  # five tokens a step
+
+
+def test_a_resumed_request_goes_on_as_if_never_stopped(setup) -> None:
+    vllm, ours, prompts = setup
+    whole = _run(vllm, _seqs(prompts, 1.0, 40))
+    resumed = _seqs(prompts, 1.0, 40)
+    for seq, done in zip(resumed, whole):
+        seq.output_ids, seq.logprobs = done.output_ids[:13], done.logprobs[:13]
+    _run(vllm, resumed)
+    assert [s.output_ids for s in resumed] == [s.output_ids for s in whole]
+
+
+def test_an_aborted_request_is_gone_and_the_others_finish(setup) -> None:
+    vllm, ours, prompts = setup
+    seqs = _seqs(prompts, 1.0, 40)
+    for seq in seqs:
+        vllm.add(seq)
+    for _ in range(3):
+        vllm.step()
+    aborted = vllm.abort("r1")
+    assert aborted is seqs[1] and aborted.finish_reason == "abort" and vllm.abort("r1") is None
+    while vllm.has_work:
+        vllm.step()
+    assert len(seqs[0].output_ids) == len(seqs[2].output_ids) == 40
+    assert 0 < len(seqs[1].output_ids) < 40
+
+
+def test_a_weight_update_changes_the_tokens_as_it_changes_ours(setup, default_model) -> None:
+    import torch
+
+    from specactor.weight_update import read_checkpoint
+
+    vllm, ours, prompts = setup
+    before = [s.output_ids for s in _run(vllm, _seqs(prompts, 0.0, 24))]
+    original = read_checkpoint(default_model[0])
+    gen = torch.Generator().manual_seed(0)
+    perturbed = {k: v + 0.02 * torch.randn(v.shape, generator=gen) for k, v in original.items()}
+    try:
+        vllm.model.load_hf_state_dict(perturbed)
+        ours.model.load_hf_state_dict(perturbed)
+        after = [s.output_ids for s in _run(vllm, _seqs(prompts, 0.0, 24))]
+        reference = [s.output_ids for s in _run(ours, _seqs(prompts, 0.0, 24))]
+    finally:
+        vllm.model.load_hf_state_dict(original)
+        ours.model.load_hf_state_dict(original)
+    assert after == reference and after != before
+    assert [s.output_ids for s in _run(vllm, _seqs(prompts, 0.0, 24))] == before  # the old weights are back
