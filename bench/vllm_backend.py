@@ -74,6 +74,9 @@ def stock_worker(args: argparse.Namespace) -> dict:
     folder = str(resolve_model(None))
     llm = LLMEngine.from_engine_args(EngineArgs(model=folder, tokenizer=folder, dtype="float32", enforce_eager=True,
                                                 max_model_len=1024, max_num_seqs=len(prompts) * args.n, seed=0,
+                                                # a chunked prefill of a seeded request crashes vLLM 0.32 on
+                                                # CPU ("CPU Generator does not use offset"): never chunk
+                                                max_num_batched_tokens=32768,
                                                 enable_prefix_caching=False, speculative_config=spec))
     tokens: dict[str, int] = {}
     for i, prompt in enumerate(prompts):
