@@ -474,6 +474,8 @@ def decode(body: bytes | memoryview) -> Message:
         return _decoder.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         raise ProtocolError(_explain(body, str(exc))) from None
+    except UnicodeDecodeError as exc:  # a str field holding invalid UTF-8 escapes msgspec as this
+        raise ProtocolError(f"a string is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def frames(sender: str, msg: _Msg) -> list[bytes]:

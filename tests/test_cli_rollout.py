@@ -143,8 +143,14 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
     monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
     monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
     monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
+    from specactor.vllm_backend import require_vllm
+
+    try:
+        backend = require_vllm() and "vllm"  # the flag is checked against what is installed
+    except RuntimeError:
+        backend = "torch"
     flags = ["--model", "m", "--threads", "3", "--dtype", "bfloat16", "--device", "cpu", "--k", "2", "--window", "5",
-             "--max-batch", "7", "--no-racing"]
+             "--max-batch", "7", "--no-racing", "--backend", backend]
     if command != "bench":
         flags += ["--mode", "coupled", "--drafters", "suffix", "--seed", "5"]
     required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": ["--max-len", "300"], "bench": []}[command]
@@ -152,7 +158,7 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
         main([command, *required, *flags])
     (config,) = seen
     assert (config.model, config.verifier_threads, config.dtype, config.device, config.k, config.window,
-            config.max_batch, config.racing) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False)
+            config.max_batch, config.racing, config.backend) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False, backend)
     if command != "bench":
         assert (config.mode, config.drafters, config.seed) == ("coupled", ["suffix"], 5)
     if command == "serve":

@@ -138,6 +138,10 @@ async def test_bad_configuration_is_refused_clearly() -> None:
         RolloutEngine(EngineConfig(device="cuda:99"))
     with pytest.raises(ValueError, match="choose cpu, cuda or cuda:N"):
         RolloutEngine(EngineConfig(device="gpu0"))
+    with pytest.raises(ValueError, match="backend 'tpu': choose one of torch, vllm"):
+        RolloutEngine(EngineConfig(backend="tpu"))
+    with pytest.raises(ValueError, match="backend vllm runs vLLM in the verifier's own process"):
+        RolloutEngine(EngineConfig(backend="vllm", processes=False, transport="inproc"))
 
 
 async def test_sigkilled_model_drafter_only_slows_things_down(tiny_checkpoint, session_cache, monkeypatch,

@@ -146,7 +146,10 @@ class VllmEngine:
         internal = self.internal.pop(request_id, None)
         if internal is None:
             return None
+        from specactor.vllm_backend.patch import LOGPROBS
+
         self.llm.abort_request([internal], internal=True)
+        LOGPROBS.pop(internal, None)
         seq = self.sequences.pop(internal)
         seq.finish_reason = FinishReason.ABORT
         return seq
