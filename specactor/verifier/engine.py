@@ -69,6 +69,21 @@ def sample_sequences(prompt_ids: Any, params: SamplingParams | list[SamplingPara
     return [Sequence(job.request_id, job.prompt_ids, job.params, seed=job.params.seed) for job in jobs]
 
 
+def check_sequence(seq: Sequence, vocab_size: int, max_len: int, eos_token_ids: frozenset[int]) -> None:
+    """Raise ValueError naming what makes ``seq`` impossible to serve (any backend's engine)."""
+    seq.params.validate()
+    check_prompt(seq.request_id, seq.prompt_ids, seq.params, vocab_size, max_len)
+    if seq.output_ids:  # resumed: what was committed must leave something to generate
+        stops = eos_token_ids | set(seq.params.stop_token_ids)
+        if len(seq.logprobs) != len(seq.output_ids):
+            raise ValueError(f"request {seq.request_id!r}: {len(seq.output_ids)} resumed tokens but "
+                             f"{len(seq.logprobs)} log-probs")
+        if len(seq.output_ids) >= seq.params.max_tokens or seq.output_ids[-1] in stops \
+                or any(not 0 <= t < vocab_size for t in seq.output_ids):
+            raise ValueError(f"request {seq.request_id!r}: the resumed tokens are finished already or "
+                             f"outside the vocabulary")
+
+
 @dataclass
 class StepReport:
     """What one step did (for events and the cost profile)."""
@@ -115,17 +130,7 @@ class Engine:
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError naming what makes ``seq`` impossible to serve."""
-        seq.params.validate()
-        check_prompt(seq.request_id, seq.prompt_ids, seq.params, self.vocab_size, self.cache.max_len)
-        if seq.output_ids:  # resumed: what was committed must leave something to generate
-            stops = self.eos_token_ids | set(seq.params.stop_token_ids)
-            if len(seq.logprobs) != len(seq.output_ids):
-                raise ValueError(f"request {seq.request_id!r}: {len(seq.output_ids)} resumed tokens but "
-                                 f"{len(seq.logprobs)} log-probs")
-            if len(seq.output_ids) >= seq.params.max_tokens or seq.output_ids[-1] in stops \
-                    or any(not 0 <= t < self.vocab_size for t in seq.output_ids):
-                raise ValueError(f"request {seq.request_id!r}: the resumed tokens are finished already or "
-                                 f"outside the vocabulary")
+        check_sequence(seq, self.vocab_size, self.cache.max_len, self.eos_token_ids)
 
     def add(self, seq: Sequence) -> None:
         self.check(seq)

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specactor.protocol import FinishReason, Verdict
-from specactor.requests import check_prompt
-from specactor.verifier.engine import Candidate, Sequence, StepReport
+from specactor.verifier.engine import Candidate, Sequence, StepReport, check_sequence
 from specactor.verifier.tree import matched
 
 #: the settings vLLM must run with here: the engine core in this process, the V1 model runner (the
@@ -111,17 +110,7 @@ class VllmEngine:
 
     def check(self, seq: Sequence) -> None:
         """Raise ValueError naming what makes ``seq`` impossible to serve."""
-        seq.params.validate()
-        check_prompt(seq.request_id, seq.prompt_ids, seq.params, self.vocab_size, self.cache.max_len)
-        if seq.output_ids:
-            stops = self.eos_token_ids | set(seq.params.stop_token_ids)
-            if len(seq.logprobs) != len(seq.output_ids):
-                raise ValueError(f"request {seq.request_id!r}: {len(seq.output_ids)} resumed tokens but "
-                                 f"{len(seq.logprobs)} log-probs")
-            if len(seq.output_ids) >= seq.params.max_tokens or seq.output_ids[-1] in stops \
-                    or any(not 0 <= t < self.vocab_size for t in seq.output_ids):
-                raise ValueError(f"request {seq.request_id!r}: the resumed tokens are finished already or "
-                                 f"outside the vocabulary")
+        check_sequence(seq, self.vocab_size, self.cache.max_len, self.eos_token_ids)
 
     def add(self, seq: Sequence) -> None:
         from vllm import SamplingParams as VllmParams
