@@ -16,7 +16,8 @@ set by EOS up to ``--max-tokens``):
 
 Per mode: makespan, tokens/s, drafted/accepted, the time after half the samples finished (the
 tail), and whether its samples equal those of the mode it must match (``vllm+specactor`` against
-``vllm+keyed``; ``torch+specactor`` against ``torch``). Stock vLLM samples with its own random
+``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor`` and
+``vllm+ngram`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
 streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
 """
 
@@ -78,23 +79,24 @@ def stock_worker(args: argparse.Namespace) -> dict:
                                                 # CPU ("CPU Generator does not use offset"): never chunk
                                                 max_num_batched_tokens=32768,
                                                 enable_prefix_caching=False, speculative_config=spec))
-    tokens: dict[str, int] = {}
+    tokens: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
         for s in range(args.n):
             rid = f"p{i}#{s}"
             llm.add_request(rid, {"prompt_token_ids": prompt}, SamplingParams(
                 temperature=args.temperature, max_tokens=args.max_tokens, stop_token_ids=eos, ignore_eos=True,
                 seed=sample_seed(7, f"p{i}", s, 0), detokenize=False, output_kind=RequestOutputKind.DELTA))
-            tokens[rid] = 0
+            tokens[rid] = []
     finish: list[float] = []
     start = time.perf_counter()
     while llm.has_unfinished_requests():
         for out in llm.step():
-            tokens[out.request_id] += len(out.outputs[0].token_ids)
+            tokens[out.request_id] += list(out.outputs[0].token_ids)
             if out.finished:
                 finish.append(time.perf_counter() - start)
     wall = time.perf_counter() - start
-    return _summary(finish, list(tokens.values()), wall, 0, 0, args.max_tokens)
+    summary = _summary(finish, [len(t) for t in tokens.values()], wall, 0, 0, args.max_tokens)
+    return {**summary, "token_ids": tokens}
 
 
 async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict[str, list[int]]]:
@@ -155,10 +157,15 @@ def main() -> None:
             if line is None:
                 raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
             runs[mode] = json.loads(line[len("RESULT "):])
+            tokens[mode] = runs[mode].pop("token_ids")
         else:
             runs[mode], tokens[mode] = asyncio.run(specactor_run(args, mode))
         print(f"  {runs[mode]}", flush=True)
-    for fast, plain in (("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")):
+    # stock vLLM samples differently at T > 0; at T = 0 both are greedy and only numerics can differ
+    pairs = [("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")]
+    if args.temperature == 0:
+        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm")]
+    for fast, plain in pairs:
         if fast in tokens and plain in tokens:
             runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
             runs[fast]["speedup_vs_" + plain] = round(runs[plain]["makespan_s"] / runs[fast]["makespan_s"], 3)
