@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from specactor.config import DTYPES, MODES, EngineConfig
+from specactor.config import BACKENDS, DTYPES, MODES, EngineConfig
 
 #: Flags a command may leave out, because it sets the field itself (bench: mode and drafters per
 #: run, seeds per epoch; rollout: max_len from its prompts).
@@ -46,7 +46,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     if "max_len" not in without:
         group.add_argument("--max-len", type=positive_int, default=1024,
                            help="longest prompt + max_tokens a request may have (sizes the KV cache)")
-    group.add_argument("--backend", default="torch", choices=("torch", "vllm"),
+    group.add_argument("--backend", default="torch", choices=BACKENDS,
                        help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
                             "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")
     group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA is untested, see README)")

@@ -186,11 +186,6 @@ class Mailbox:
             spill.bytes -= size
             spill.room.set()
 
-    def spilled(self) -> tuple[int, int]:
-        """(messages, bytes) waiting in spill queues."""
-        return (sum(len(s.frames) for s in self._spills.values()),
-                sum(s.bytes for s in self._spills.values()))
-
     async def _send_waiting(self, sock: zmq.Socket, ready: Readiness, frames: list[bytes],
                             timeout_ms: int | None) -> bool:
         while True:

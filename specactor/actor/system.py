@@ -180,15 +180,15 @@ class ActorSystem:
         assert self._ctx is not None
         name = member.name
         bind = self.allocator.allocate(name, self.restarts.get(name, 0))
-        if isinstance(actor, ActorSpec) and member.local:
-            member.spec = actor
-            actor = _build_local(actor)
+        if isinstance(actor, ActorSpec):
+            member.spec = actor  # what a restart starts again
+            if member.local:
+                actor = _build_local(actor)
         if isinstance(actor, Actor):
             member.actor = actor
             member.task = asyncio.create_task(actor.serve(bind, self._ctx, self.supervisor.address))
             member.task.add_done_callback(lambda t, m=member: self._on_local_exit(m, t))
         else:
-            member.spec = actor
             member.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "specactor.actor.child",
                 msgspec.json.encode(actor).decode(), bind, self.supervisor.address,

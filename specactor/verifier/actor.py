@@ -33,7 +33,7 @@ from typing import Any
 from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
-from specactor.config import torch_dtype
+from specactor.config import BACKENDS, torch_dtype
 from specactor.seeds import sample_seed
 from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
@@ -106,7 +106,6 @@ class VerifyActor(Actor):
             import torch
 
             from specactor.models import resolve_model
-            from specactor.tokenizer import Tokenizer
             from specactor.verifier.weights import load_causal_lm
 
             if self.threads:
@@ -116,11 +115,8 @@ class VerifyActor(Actor):
             if self.backend == "vllm":
                 return self._load_vllm(folder)
             model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
-            eos = set(model.cfg.eos_token_ids)
-            tok_eos = Tokenizer(folder).eos_token_id
-            if tok_eos is not None:
-                eos.add(tok_eos)
-            engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
+            engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len,
+                            eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
                             device=self.device)
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
                 from specactor.policy.profiling import ensure_profile
@@ -136,14 +132,10 @@ class VerifyActor(Actor):
     def _load_vllm(self, folder: Any) -> Verifier:
         """vLLM verifies (in this process); the policy's cost profile is not measured for it: the
         packaged one, corrected online by the measured steps, or the file the engine was given."""
-        from specactor.tokenizer import Tokenizer
         from specactor.verifier.config import ModelConfig
         from specactor.vllm_backend.engine import VllmEngine
 
-        eos = set(ModelConfig.from_dir(folder).eos_token_ids)
-        tok_eos = Tokenizer(folder).eos_token_id
-        if tok_eos is not None:
-            eos.add(tok_eos)
+        eos = _eos_token_ids(folder, ModelConfig.from_dir(folder).eos_token_ids)
         engine = VllmEngine(folder, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
                             max_draft=max(self.window, 1), dtype=self.dtype, device=self.device,
                             threads=self.threads)
@@ -477,8 +469,16 @@ class VerifyActor(Actor):
             policy_version=self.version, error=error))
 
 
-#: the engines a VerifyActor can verify with
-BACKENDS = ("torch", "vllm")
+def _eos_token_ids(folder: Any, config_eos: Any) -> set[int]:
+    """The tokens that end a sample: the model config's EOS ids and the tokenizer's (either backend)."""
+    from specactor.tokenizer import Tokenizer
+
+    eos = set(config_eos)
+    tok_eos = Tokenizer(folder).eos_token_id
+    if tok_eos is not None:
+        eos.add(tok_eos)
+    return eos
+
 
 #: finished request ids remembered, to drop the policy's late assignments for them
 FINISHED_IDS = 4096

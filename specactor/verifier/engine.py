@@ -59,6 +59,13 @@ class Sequence:
     def context_len(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
+    def count_draft(self, method: str, drafted: int, accepted: int) -> None:
+        """One verified draft of ``method`` in this request's per-method counts."""
+        counts = self.per_method.setdefault(method, {"drafted": 0, "accepted": 0, "steps": 0})
+        counts["drafted"] += drafted
+        counts["accepted"] += accepted
+        counts["steps"] += 1
+
 
 def sample_sequences(prompt_ids: Any, params: SamplingParams | list[SamplingParams], request_ids: list[str], *,
                      default_seed: int = 0) -> list[Sequence]:
@@ -271,10 +278,7 @@ class Engine:
             for name, draft in candidates:
                 got = matched(draft, committed)
                 scores[name] = [len(draft), got]
-                counts = seq.per_method.setdefault(name, {"drafted": 0, "accepted": 0, "steps": 0})
-                counts["drafted"] += len(draft)
-                counts["accepted"] += got
-                counts["steps"] += 1
+                seq.count_draft(name, len(draft), got)
                 if not method or got > scores[method][1]:
                     method = name
             drafted = sum(len(d) for _, d in candidates)

@@ -98,13 +98,11 @@ class VllmEngine:
         self.scheduler = self.llm.engine_core.engine_core.scheduler
         self.model = VllmModel(self.llm, self.folder)
         self.vocab_size = self.model.cfg.vocab_size
-        self.max_batch, self.max_draft = max_batch, max_draft
+        self.max_draft = max_draft
         self.eos_token_ids = frozenset(eos_token_ids)
         self.cache = _Cache(self, max_len)
         self.sequences: dict[str, Sequence] = {}  # internal id -> sequence, while vLLM holds it
         self.internal: dict[str, str] = {}  # request id -> internal id
-        self.steps = 0
-        self.packed = False
 
     # ------------------------------------------------------------------ requests
 
@@ -199,10 +197,7 @@ class VllmEngine:
             if verified:
                 seq.drafted += len(verified)
                 seq.accepted += accepted
-                counts = seq.per_method.setdefault(method, {"drafted": 0, "accepted": 0, "steps": 0})
-                counts["drafted"] += len(verified)
-                counts["accepted"] += accepted
-                counts["steps"] += 1
+                seq.count_draft(method, len(verified), accepted)
             if out.finished:
                 stops = self.eos_token_ids | set(seq.params.stop_token_ids)
                 seq.finish_reason = FinishReason.STOP if seq.output_ids and seq.output_ids[-1] in stops \
@@ -217,5 +212,4 @@ class VllmEngine:
             report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=tokens,
                                            accepted=accepted, drafted=len(verified), method=method,
                                            finished=seq.finished))
-        self.steps += 1
         return report
