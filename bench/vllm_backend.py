@@ -1,7 +1,7 @@
 """vLLM with and without specactor on the long-tail workload, side by side in one script.
 
     python bench/vllm_backend.py [--prompts 8] [--n 4] [--max-tokens 768] [--temperature 1]
-                                 [--modes ...] [--out bench/results/vllm_backend.json]
+                                 [--modes ...] [--repeats 1] [--out bench/results/vllm_backend.json]
 
 Modes (each run after the other on the same machine, the HumanEval prompts in GRPO groups, lengths
 set by EOS up to ``--max-tokens``):
@@ -19,6 +19,10 @@ tail), and whether its samples equal those of the mode it must match (``vllm+spe
 ``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor`` and
 ``vllm+ngram`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
 streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
+With ``--repeats R`` the modes run R times, interleaved (this machine's speed drifts within minutes):
+each pair's ratio is taken within a repeat, and the report gives every repeat and the medians.
+The specactor modes decide on this machine's cost profile of their backend (measured once at
+start-up, outside the timed part, and cached).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -107,8 +112,7 @@ async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict
     backend = "vllm" if mode.startswith("vllm") else "torch"
     speculative = mode.endswith("specactor")
     config = EngineConfig(backend=backend, mode="specactor" if speculative else "autoregressive",
-                          drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024,
-                          profile="packaged" if backend == "vllm" else None)
+                          drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=7, n=args.n)
     ids = [f"p{i}" for i in range(len(prompts))]
     async with RolloutEngine(config) as engine:
@@ -125,6 +129,44 @@ async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict
     return summary, {r.request_id: list(r.token_ids) for r in results}
 
 
+def _compare(runs: dict[str, dict], tokens: dict[str, dict[str, list[int]]], temperature: float) -> None:
+    """Within one repeat: which samples differ from the mode they must match, and the speedups."""
+    # stock vLLM samples differently at T > 0; at T = 0 both are greedy and only numerics can differ
+    pairs = [("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")]
+    if temperature == 0:
+        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm")]
+    for fast, plain in pairs:
+        if fast in tokens and plain in tokens:
+            runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
+            runs[fast]["speedup_vs_" + plain] = round(runs[plain]["makespan_s"] / runs[fast]["makespan_s"], 3)
+    if "vllm+keyed" in tokens and "torch" in tokens:
+        runs["vllm+keyed"]["differing_from_torch"] = sum(tokens["vllm+keyed"][k] != tokens["torch"][k]
+                                                         for k in tokens["torch"])
+
+
+def _medians(repeats: list[dict[str, dict]]) -> dict[str, dict]:
+    """Per mode, the median over repeats of every number (differing counts: the most seen)."""
+    out: dict[str, dict] = {}
+    for mode in repeats[0]:
+        rows = [r[mode] for r in repeats]
+        out[mode] = {key: (max(row[key] for row in rows) if key.startswith("differing")
+                           else round(statistics.median(row[key] for row in rows), 3))
+                     for key in rows[0] if all(isinstance(row.get(key), (int, float)) for row in rows)}
+    return out
+
+
+def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]]) -> None:
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
+                    "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
+                    "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
+                                 "temperature": args.temperature},
+                    "runs": repeats[0] if len(repeats) == 1 else _medians(repeats)}
+    if len(repeats) > 1:
+        report["repeats"] = repeats
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
@@ -132,6 +174,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=768)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--repeats", type=int, default=1, help="run every mode this many times, interleaved")
     parser.add_argument("--out", default="bench/results/vllm_backend.json")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a stock-vLLM run, in its own process
     args = parser.parse_args()
@@ -145,39 +188,27 @@ def main() -> None:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
-    runs: dict[str, dict] = {}
-    tokens: dict[str, dict[str, list[int]]] = {}
-    for mode in modes:
-        print(f"{mode} ...", flush=True)
-        if mode in ("vllm", "vllm+ngram"):
-            proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
-                                   "--n", str(args.n), "--max-tokens", str(args.max_tokens),
-                                   "--temperature", str(args.temperature)], capture_output=True, text=True)
-            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            if line is None:
-                raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-            runs[mode] = json.loads(line[len("RESULT "):])
-            tokens[mode] = runs[mode].pop("token_ids")
-        else:
-            runs[mode], tokens[mode] = asyncio.run(specactor_run(args, mode))
-        print(f"  {runs[mode]}", flush=True)
-    # stock vLLM samples differently at T > 0; at T = 0 both are greedy and only numerics can differ
-    pairs = [("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")]
-    if args.temperature == 0:
-        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm")]
-    for fast, plain in pairs:
-        if fast in tokens and plain in tokens:
-            runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
-            runs[fast]["speedup_vs_" + plain] = round(runs[plain]["makespan_s"] / runs[fast]["makespan_s"], 3)
-    if "vllm+keyed" in tokens and "torch" in tokens:
-        runs["vllm+keyed"]["differing_from_torch"] = sum(tokens["vllm+keyed"][k] != tokens["torch"][k]
-                                                         for k in tokens["torch"])
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
-              "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
-              "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
-                           "temperature": args.temperature}, "runs": runs}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
+    repeats: list[dict[str, dict]] = []
+    for repeat in range(args.repeats):
+        runs: dict[str, dict] = {}
+        tokens: dict[str, dict[str, list[int]]] = {}
+        for mode in modes:
+            print(f"{mode} (repeat {repeat + 1} of {args.repeats}) ...", flush=True)
+            if mode in ("vllm", "vllm+ngram"):
+                proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
+                                       "--n", str(args.n), "--max-tokens", str(args.max_tokens),
+                                       "--temperature", str(args.temperature)], capture_output=True, text=True)
+                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                if line is None:
+                    raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+                runs[mode] = json.loads(line[len("RESULT "):])
+                tokens[mode] = runs[mode].pop("token_ids")
+            else:
+                runs[mode], tokens[mode] = asyncio.run(specactor_run(args, mode))
+            print(f"  {runs[mode]}", flush=True)
+        _compare(runs, tokens, args.temperature)
+        repeats.append(runs)
+        _write(args, version, repeats)  # after every repeat: an interrupted run keeps what it measured
     print(f"wrote {args.out}")
 
 

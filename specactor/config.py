@@ -110,7 +110,7 @@ class EngineConfig:
     @property
     def measure_profile(self) -> bool:
         """Whether the verifier measures this machine's cost profile when none is cached."""
-        return self.mode == "specactor" and self.policy and self.profile in (None, "auto") and self.backend == "torch"
+        return self.mode == "specactor" and self.policy and self.profile in (None, "auto")
 
     @property
     def verifier_thread_count(self) -> int | None:

@@ -332,11 +332,9 @@ class RolloutEngine:
         cfg = self.config
         if cfg.profile not in (None, "auto", "cached"):
             return str(cfg.profile)
-        if cfg.backend != "torch":  # this machine's profile is our engine's, not vLLM's
-            return "packaged"
         threads = (await self.stats(timeout_s=10.0)).get("verifier", {}).get("threads")
         return resolve_profile(cfg.profile, resolve_model(cfg.model), dtype=cfg.dtype, device=cfg.device,
-                               threads=int(threads) if threads else None)
+                               threads=int(threads) if threads else None, backend=cfg.backend)
 
     async def _spawn(self, name: str, cls: str, kwargs: dict[str, Any], process: bool) -> None:
         """Start an actor from its spec, in a child process or in this one: either way the

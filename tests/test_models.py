@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest

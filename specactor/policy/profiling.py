@@ -71,18 +71,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def profile_key(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None) -> dict[str, Any]:
-    """What a cached profile must match: model folder name, dtype, device, torch threads, CPU, torch."""
+def profile_key(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None,
+                backend: str = "torch") -> dict[str, Any]:
+    """What a cached profile must match: model folder name, dtype, device, torch threads, CPU, torch,
+    and the verifier backend when it is not our engine (vLLM's steps cost what vLLM's cost)."""
     import torch
 
     name = Path(model).name  # a registry name or a checkpoint folder: the folder's name
     gpu = ""
     if str(device).startswith("cuda") and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name(torch.device(device))
-    return {"model": name, "dtype": str(dtype).removeprefix("torch."), "device": str(device),
-            "threads": int(threads if threads is not None else torch.get_num_threads()),
-            "cpu": cpu_model(), "gpu": gpu, "cores": os.cpu_count() or 0, "torch": torch.__version__,
-            "version": PROFILE_VERSION}
+    key = {"model": name, "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+           "threads": int(threads if threads is not None else torch.get_num_threads()),
+           "cpu": cpu_model(), "gpu": gpu, "cores": os.cpu_count() or 0, "torch": torch.__version__,
+           "version": PROFILE_VERSION}
+    if backend != "torch":  # our engine's keys stay what they were: cached profiles remain valid
+        key["backend"] = backend  # (the vLLM backend runs only on the vLLM version it pins)
+    return key
 
 
 def profiles_dir() -> Path:
@@ -117,9 +122,10 @@ def load_cached(path: Path, key: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
-def find_profile(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None) -> Path | None:
-    """This machine's cached profile for that model and setting, or None (absent or unusable)."""
-    key = profile_key(model, dtype, device, threads)
+def find_profile(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None,
+                 backend: str = "torch") -> Path | None:
+    """This machine's cached profile for that model, setting and backend, or None (absent or unusable)."""
+    key = profile_key(model, dtype, device, threads, backend)
     path = profile_path(key)
     ok, _ = load_cached(path, key)
     return path if ok else None
@@ -262,20 +268,23 @@ def _locked(directory: Path) -> Iterator[None]:
 def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str = "float32", device: str = "cpu",
                    threads: int | None = None, measure_missing: bool = True, grid: Grid = QUICK,
                    budget_s: float | None = DEFAULT_BUDGET_S, log: Any = None,
-                   announce: Callable[[str], None] | None = None) -> Path | None:
+                   announce: Callable[[str], None] | None = None, backend: str = "torch",
+                   measurer: Callable[..., dict[str, Any]] | None = None) -> Path | None:
     """The path of this machine's cost profile for ``model`` (loaded from ``model_dir``):
     the cached one, else one measured now and cached (None when it is missing and
     ``measure_missing`` is False: the policy then falls back to the packaged profile).
 
     Call it where the engine runs, before it serves (the timings must not share the
-    cores with rollouts). A cached file that cannot be used (corrupt, another key) is
+    cores with rollouts). ``measurer`` times another backend's engine (``model`` is then
+    that engine; :func:`specactor.vllm_backend.profiling.measure_vllm`) with :func:`measure`'s
+    arguments; its profile is cached under ``backend``. A cached file that cannot be used (corrupt, another key) is
     measured again, with a warning. Emits ``policy.profile`` (path, seconds, cached)
     and, when it measures, prints one line saying so.
     """
     from specactor.events import get_logger
 
     log = log if log is not None else get_logger(actor="profiling")
-    key = profile_key(model_dir, dtype, device, threads)
+    key = profile_key(model_dir, dtype, device, threads, backend)
     path = profile_path(key)
     ok, why = load_cached(path, key)
     if ok:
@@ -291,12 +300,14 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
             log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
             return path
         t0 = time.perf_counter()
-        profile = measure(model, grid.batch_sizes, grid.chunk_lens, grid.context, grid.repeats, budget_s=budget_s)
+        profile = (measurer or measure)(model, grid.batch_sizes, grid.chunk_lens, grid.context, grid.repeats,
+                                        budget_s=budget_s)
         seconds = time.perf_counter() - t0
         profile.update(model=key["model"], key=key)
         write_profile(path, profile)
     threads = f"{key['threads']} torch thread{'s' if key['threads'] != 1 else ''}"
-    line = (f"specactor: measured the cost profile of {key['model']} on this machine once, in {seconds:.1f} s "
+    line = (f"specactor: measured the cost profile of {key['model']}{f' ({backend})' if backend != 'torch' else ''}"
+            f" on this machine once, in {seconds:.1f} s "
             f"({threads}, {key['cpu']}); cached in {path}")
     (announce or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
     log.info("policy.profile", path=str(path), seconds=round(seconds, 3), cached=False)
@@ -304,11 +315,11 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
 
 
 def resolve_profile(setting: str | None, model_dir: str | os.PathLike[str], *, dtype: str, device: str,
-                    threads: int | None) -> str:
+                    threads: int | None, backend: str = "torch") -> str:
     """What the policy loads for ``EngineConfig.profile``: None ("auto") and "cached" give this
     machine's cached profile if there is one, "packaged" and a missing cache the packaged one,
     anything else is a path."""
     if setting not in (None, "auto", "cached"):
         return str(setting)
-    found = find_profile(model_dir, dtype, device, threads)
+    found = find_profile(model_dir, dtype, device, threads, backend)
     return str(found) if found is not None else "packaged"

@@ -130,8 +130,8 @@ class VerifyActor(Actor):
         self.start_loop(self._step_loop())
 
     def _load_vllm(self, folder: Any) -> Verifier:
-        """vLLM verifies (in this process); the policy's cost profile is not measured for it: the
-        packaged one, corrected online by the measured steps, or the file the engine was given."""
+        """vLLM verifies (in this process). The policy's cost profile is vLLM's own steps on this
+        machine (measured once before serving, then cached), when ``profile`` asks for it."""
         from specactor.verifier.config import ModelConfig
         from specactor.vllm_backend.engine import VllmEngine
 
@@ -140,6 +140,13 @@ class VerifyActor(Actor):
                             max_draft=max(self.window, 1), dtype=self.dtype, device=self.device,
                             threads=self.threads)
         self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
+        if self.profile:
+            from specactor.policy.profiling import ensure_profile
+            from specactor.vllm_backend.profiling import measure_vllm
+
+            # vLLM's own start-up takes 10-30 s of the 120 s the verifier has to be ready in
+            ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
+                           log=self.log, backend="vllm", measurer=measure_vllm, budget_s=45.0)
         return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
     def on_closed(self) -> None:

@@ -98,7 +98,7 @@ class VllmEngine:
         self.scheduler = self.llm.engine_core.engine_core.scheduler
         self.model = VllmModel(self.llm, self.folder)
         self.vocab_size = self.model.cfg.vocab_size
-        self.max_draft = max_draft
+        self.max_batch, self.max_draft, self.dtype, self.device = max_batch, max_draft, dtype, device
         self.eos_token_ids = frozenset(eos_token_ids)
         self.cache = _Cache(self, max_len)
         self.sequences: dict[str, Sequence] = {}  # internal id -> sequence, while vLLM holds it

@@ -86,6 +86,12 @@ def position_keyed_sample(self: GPUModelRunner, logits: torch.Tensor | None, spe
     req_ids = list(batch.req_ids)
     if logits is None:  # nothing sampled this step (a pipeline stage without the head)
         return _original_sample(self, logits, spec_decode_metadata)
+    keyed = [EXTRA_KEY in (self.requests[rid].sampling_params.extra_args or {}) for rid in req_ids]
+    if not any(keyed):  # plain vLLM requests only: vLLM's own sampler (the reference a test compares with)
+        return _original_sample(self, logits, spec_decode_metadata)
+    if not all(keyed):
+        raise ValueError("a vLLM batch mixes specactor's requests with plain vLLM ones: "
+                         "serve plain requests from another engine, or give them specactor's sampling")
     if spec_decode_metadata is None:  # one row per request
         rows_per_req = [[i] for i in range(len(req_ids))]
         drafts: list[list[int]] = [[] for _ in req_ids]

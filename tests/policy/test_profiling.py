@@ -90,6 +90,27 @@ def test_the_first_call_measures_and_caches_then_the_cache_is_used(model, tiny_c
     assert find_profile(tiny_checkpoint, "float32", "cpu", 1) == path
 
 
+def test_another_backends_profile_is_measured_by_its_own_measurer_and_cached_apart(
+        model, tiny_checkpoint: Path, cache: Path) -> None:
+    """vLLM's steps are profiled through vLLM: its profile never stands for our engine's (nor the
+    reverse), and our engine's key is unchanged (profiles cached before stay valid)."""
+    ours = _ensure(model, tiny_checkpoint)
+    calls = []
+
+    def measurer(engine, *args, **kwargs):
+        calls.append(engine)
+        return measure(model, *args, **kwargs)
+
+    theirs = _ensure("the vLLM engine", tiny_checkpoint, backend="vllm", measurer=measurer)
+    assert calls == ["the vLLM engine"] and theirs is not None and theirs != ours
+    assert "backend" not in profile_key(tiny_checkpoint, "float32", "cpu", 1)
+    assert json.loads(theirs.read_text())["key"]["backend"] == "vllm"
+    assert resolve_profile("auto", tiny_checkpoint, dtype="float32", device="cpu", threads=1, backend="vllm") == str(theirs)
+    assert resolve_profile("auto", tiny_checkpoint, dtype="float32", device="cpu", threads=1) == str(ours)
+    assert _ensure("the vLLM engine", tiny_checkpoint, backend="vllm", measurer=measurer) == theirs
+    assert len(calls) == 1  # cached
+
+
 @pytest.mark.parametrize("damage", ["not json", "half", "other key", "bad table"])
 def test_a_corrupt_cached_profile_is_measured_again_with_a_warning(model, tiny_checkpoint: Path, cache: Path,
                                                                    events_file, damage: str) -> None:

@@ -1,7 +1,7 @@
 """VllmEngine (vLLM verifying, specactor's sampling rule) on the real default model: without
 drafts it gives our engine's tokens at T=0 and T=1; with any drafts it gives the same tokens
 (a draft token is accepted iff it is the target's own position-keyed sample); aborts, resumes
-and weight updates behave as in our engine. One vLLM engine for the module (~15 s to start)."""
+and weight updates behave as in our engine. The engine is conftest's ``setup``."""
 
 from __future__ import annotations
 
@@ -11,44 +11,11 @@ from hypothesis import strategies as st
 
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
-from specactor.protocol import SamplingParams  # noqa: E402
-from specactor.verifier.engine import Engine, Sequence  # noqa: E402
+from specactor.verifier.engine import Sequence  # noqa: E402
+from tests.vllm_backend.engine_runs import run_to_end as _run  # noqa: E402
+from tests.vllm_backend.engine_runs import sequences as _seqs  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-TEXTS = ["def add(a, b):\n", 'def fib(n):\n    """Return the n-th Fibonacci number."""\n', "import numpy as np\n"]
-
-
-@pytest.fixture(scope="module")
-def setup(default_model):
-    from specactor.vllm_backend.engine import VllmEngine
-
-    from specactor.verifier.weights import load_causal_lm
-
-    folder, _, tok = default_model
-    model = load_causal_lm(folder)  # its own copy: a test loads other weights into it
-    eos = sorted(set(model.cfg.eos_token_ids) | {tok.eos_token_id})
-    vllm = VllmEngine(folder, max_batch=8, max_len=512, eos_token_ids=eos, max_draft=4, kv_cache_gb=1)
-    ours = Engine(model, max_batch=8, max_len=512, eos_token_ids=eos, pack=False)
-    prompts = [tok.encode(t) for t in TEXTS]
-    yield vllm, ours, prompts
-
-
-def _seqs(prompts, temperature: float, max_tokens: int = 40, seed: int = 11) -> list[Sequence]:
-    return [Sequence(f"r{i}", list(p), SamplingParams(temperature=temperature, max_tokens=max_tokens), seed=seed + i)
-            for i, p in enumerate(prompts)]
-
-
-def _run(engine, seqs: list[Sequence], drafter=None) -> list[Sequence]:
-    for seq in seqs:
-        engine.add(seq)
-    for _ in range(10_000):
-        if not engine.has_work:
-            break
-        drafts = {s.request_id: ("x", drafter(s)) for s in engine.running} if drafter else None
-        engine.step(drafts)
-    assert not engine.has_work
-    return seqs
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -1,0 +1,112 @@
+"""vLLM's cost profile: how long a whole vLLM step takes, by batch size and tokens verified a row.
+
+The policy decides where drafts pay from the ratio of a verify step to a decode
+step at each batch size (see :mod:`specactor.policy.profiling`). vLLM's steps
+cost what they cost on vLLM, not what our engine's forwards cost: a step here
+is the scheduler, the forward, the sampling and the output processing, and
+that is what drafting adds to or saves. So the backend is profiled through
+:class:`~specactor.vllm_backend.engine.VllmEngine` itself, in the same JSON
+format, and cached under its own key (``backend="vllm"``).
+
+For each batch size B: B requests with ``context`` random prompt tokens are
+prefilled; then, for each chunk length C, every row is given C-1 drafted
+tokens (tokens no model would emit after random context: rejected, but
+verified all the same) and the step is timed (``forward_s``), and a step with
+only the first row drafting (``one_row_s``); the median of ``repeats`` steps
+after one warm-up. The requests are aborted after each batch size.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from specactor.policy.profiling import QUICK, cpu_model
+from specactor.protocol import SamplingParams
+from specactor.verifier.engine import Sequence
+
+
+def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,
+                 context: int = QUICK.context, repeats: int = QUICK.repeats, *, budget_s: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Time ``engine``'s steps (a VllmEngine with nothing running) over ``batch_sizes`` x
+    ``chunk_lens``; return the profile :class:`~specactor.policy.cost_model.CostModel` reads.
+    Batch sizes above the engine's ``max_batch`` and chunks above its ``max_draft + 1`` are left out."""
+    if engine.has_work:
+        raise ValueError("measure_vllm needs an idle engine: it would time other requests' steps too")
+    batch_sizes = sorted({int(b) for b in batch_sizes if 1 <= int(b) <= engine.max_batch})
+    chunk_lens = sorted({int(c) for c in chunk_lens if 1 <= int(c) <= engine.max_draft + 1})
+    if not batch_sizes or not chunk_lens or repeats < 1:
+        raise ValueError(f"nothing to measure: batch sizes {batch_sizes} (max_batch {engine.max_batch}), "
+                         f"chunk lengths {chunk_lens} (max_draft {engine.max_draft}), repeats {repeats}")
+    steps_needed = (repeats + 1) * len(chunk_lens) * 2 * max(chunk_lens) + 2
+    if context + steps_needed > engine.cache.max_len:
+        raise ValueError(f"context {context} + {steps_needed} measured tokens exceed max_len {engine.cache.max_len}")
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=0.0, max_tokens=steps_needed)
+    started = time.perf_counter()
+    stops, engine.eos_token_ids = engine.eos_token_ids, frozenset()  # no row may finish while it is timed
+    try:
+        return _measure(engine, batch_sizes, chunk_lens, context, repeats, params, gen, started, budget_s, progress)
+    finally:
+        engine.eos_token_ids = stops
+
+
+def _measure(engine: Any, batch_sizes: list[int], chunk_lens: list[int], context: int, repeats: int,
+             params: SamplingParams, gen: torch.Generator, started: float, budget_s: float | None,
+             progress: Callable[[str], None] | None) -> dict[str, Any]:
+    vocab = engine.vocab_size
+    forward: list[list[float]] = []
+    one: list[list[float]] = []
+    done: list[int] = []
+    partial = False
+    for b in batch_sizes:
+        if budget_s is not None and done and time.perf_counter() - started > budget_s:
+            partial = True
+            break
+        seqs = [Sequence(f"profile-{b}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(), params,
+                         seed=i) for i in range(b)]
+        for seq in seqs:
+            engine.add(seq)
+        while any(not s.output_ids for s in seqs):  # the prefill (chunked if it must be)
+            engine.step()
+
+        def timed(c: int, rows: list[Sequence]) -> float:
+            times = []
+            for r in range(repeats + 1):
+                # a token the model will not pick after its own greedy one: verified, then rejected
+                drafts = {s.request_id: ("profile", [(s.output_ids[-1] + 7919) % vocab] * (c - 1)) for s in rows}
+                t0 = time.perf_counter()
+                engine.step(drafts if c > 1 else None)
+                if r:
+                    times.append(time.perf_counter() - t0)
+            return statistics.median(times)
+
+        f_row, o_row = [], []
+        for c in chunk_lens:
+            f = timed(c, seqs)
+            o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
+            f_row.append(f)
+            o_row.append(o)
+            if progress is not None:
+                progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms")
+        for seq in seqs:
+            engine.abort(seq.request_id)
+        forward.append(f_row)
+        one.append(o_row)
+        done.append(b)
+    result: dict[str, Any] = {
+        "model": engine.folder.name, "context": context, "threads": int(os.environ.get("OMP_NUM_THREADS") or 0),
+        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "one_row_s": one, "repeats": repeats,
+        "backend": "vllm", "dtype": engine.dtype, "device": engine.device, "date": time.strftime("%Y-%m-%d"),
+        "measure_s": round(time.perf_counter() - started, 3),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
+    }
+    if partial:
+        result["partial"] = True
+    return result

@@ -1,0 +1,39 @@
+"""vLLM's cost profile: its steps timed through VllmEngine, in the format the policy reads."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
+
+from specactor.policy.cost_model import CostModel  # noqa: E402
+from specactor.policy.profiling import write_profile  # noqa: E402
+from specactor.vllm_backend.profiling import measure_vllm  # noqa: E402
+from tests.vllm_backend.engine_runs import run_to_end, sequences  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def test_vllm_steps_are_profiled_within_the_engines_limits_and_the_engine_serves_on(setup, tmp_path) -> None:
+    vllm, _, prompts = setup
+    before = [s.output_ids for s in run_to_end(vllm, sequences(prompts, 1.0, 16))]
+    eos = vllm.eos_token_ids
+    profile = measure_vllm(vllm, batch_sizes=(1, 3, vllm.max_batch + 1), chunk_lens=(1, 3, vllm.max_draft + 2),
+                           context=32, repeats=1)
+    assert profile["batch_sizes"] == [1, 3] and profile["chunk_lens"] == [1, 3]  # beyond the limits: left out
+    assert profile["backend"] == "vllm"
+    assert not vllm.has_work and vllm.eos_token_ids == eos  # its requests aborted, its stop tokens back
+    model = CostModel.from_profile(write_profile(tmp_path / "vllm.json", profile))
+    assert model.batch_sizes == [1, 3] and all(t > 0 for row in model.one_row_s for t in row)
+    assert [s.output_ids for s in run_to_end(vllm, sequences(prompts, 1.0, 16))] == before
+
+
+def test_a_busy_engine_is_not_profiled(setup) -> None:
+    vllm, _, prompts = setup
+    seqs = sequences(prompts, 0.0, 8)
+    vllm.add(seqs[0])
+    try:
+        with pytest.raises(ValueError, match="idle engine"):
+            measure_vllm(vllm, batch_sizes=(1,), chunk_lens=(1,), context=16, repeats=1)
+    finally:
+        vllm.abort(seqs[0].request_id)
