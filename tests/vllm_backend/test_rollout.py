@@ -99,3 +99,35 @@ async def test_vllm_keeps_verifying_when_a_drafter_dies(prompts, reference) -> N
         engine.system._members["draft-ngram"].actor.start_loop(bug())
         got = await asyncio.wait_for(task, 300)
     assert {r.request_id: r.token_ids for r in got} == reference[1.0]
+
+
+async def test_the_model_drafter_drafts_for_vllm_at_t1_and_most_of_it_is_accepted(prompts, reference) -> None:
+    """The model drafter (a quantised copy of the target, sampling with the target's position-keyed
+    noise) behind vLLM: at T=1 its drafts are the target's own samples wherever the copy agrees.
+    Coupled: decoupled on 2 shared cores it drafts a token in about one vLLM step, so its drafts
+    arrive for prefixes vLLM has moved past and are dropped (never verified against them)."""
+    async with RolloutEngine(_config(policy=False, drafters=["model"], mode="coupled")) as engine:
+        got = await engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=96, seed=5, n=2),
+                                    request_ids=IDS)
+    assert {r.request_id: r.token_ids for r in got} == reference[1.0]
+    drafted = sum(r.stats.per_method.get("model", {}).get("drafted", 0) for r in got)
+    accepted = sum(r.stats.per_method.get("model", {}).get("accepted", 0) for r in got)
+    assert drafted > 100 and accepted > 0.5 * drafted
+
+
+async def test_the_learned_drafter_trains_on_vllms_rollouts_at_an_update_and_then_drafts(
+        prompts, reference, default_model) -> None:
+    """The learned drafter behind vLLM: silent until it has trained; the verifier streams it the
+    finished samples, a weight update makes it distil on them, and its drafts are then verified and
+    accepted, with every sample still the autoregressive one."""
+    from specactor.weight_update import read_checkpoint
+
+    params = SamplingParams(temperature=0.0, max_tokens=96, seed=5, n=2)
+    async with RolloutEngine(_config(policy=False, drafters=["learned"])) as engine:
+        before = await engine.generate(prompts, params, request_ids=IDS)
+        await engine.update_weights(read_checkpoint(default_model[0]))  # the same policy, a new version
+        after = await engine.generate(prompts, params, request_ids=IDS)
+    for got in (before, after):
+        assert {r.request_id: r.token_ids for r in got} == reference[0.0]
+    assert sum(r.stats.per_method.get("learned", {}).get("drafted", 0) for r in before) == 0
+    assert sum(r.stats.per_method.get("learned", {}).get("accepted", 0) for r in after) > 0
