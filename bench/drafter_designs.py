@@ -28,12 +28,11 @@ import json
 import platform
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from learned_drafter import K, acceptance, draft_ms_per_token, rollout
+from learned_drafter import K, acceptance, draft_ms_per_token, rollout, summarise, tally, write_report
 from specactor.drafters.learned import LearnedDrafter, _dense_layer_state, frequent_vocab, set_head_vocab
 from specactor.models import resolve_model
 from specactor.prompts import humaneval_prompts
@@ -178,14 +177,9 @@ def eagle_acceptance(head: EagleHead, target: CausalLM, seqs: list, temperature:
                     scores = scores / temperature + _gumbel_rows(keys, token_key)[0]
                 draft.append(int(head.vocab[scores.argmax()]))
                 feats, toks = torch.cat((feats, h[-1:])), torch.cat((toks, torch.tensor(draft[-1:])))
-            right = 0
-            while right < K and draft[right] == out[n + right]:
-                right += 1
-            for j in range(1, right + 1):
-                hits[j] += 1
+            tally(hits, draft, out[n:])
             proposals += 1
-    return {"per_position": [round(hits[j] / max(proposals, 1), 4) for j in range(1, K + 1)],
-            "mean_accepted": round(sum(hits[1:]) / max(proposals, 1), 3), "proposals": proposals}
+    return summarise(hits, proposals)
 
 
 def main() -> None:
@@ -253,10 +247,7 @@ def main() -> None:
             "held_out_T0": eagle_acceptance(head, target, held[0.0], 0.0),
             "draft_ms_per_token": round(draft_ms_per_token(one_layer, probe), 2),
             "draft_cost_note": "a 1-layer student's cost (the same layer and head; the fuse adds one 2d x d matmul)"})
-    report["wall_s"] = round(time.perf_counter() - started, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, report, started)
 
 
 if __name__ == "__main__":

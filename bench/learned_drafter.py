@@ -58,14 +58,22 @@ def acceptance(drafter: ModelDrafter, seqs: list, temperature: float, stride: in
             for s in chunk:
                 drafter.start(s)
             for s, draft in zip(chunk, drafter.propose(chunk, K)):
-                t = len(s.committed)
-                right = 0
-                while right < K and draft[right] == out[t + right]:
-                    right += 1
-                for j in range(1, right + 1):
-                    hits[j] += 1
+                tally(hits, draft, out[len(s.committed):])
                 proposals += 1
                 drafter.finish(s)
+    return summarise(hits, proposals)
+
+
+def tally(hits: list[int], draft: list[int], truth: list[int]) -> None:
+    """Count one proposal: position j is right when the first j drafted tokens all are."""
+    right = 0
+    while right < min(K, len(draft), len(truth)) and draft[right] == truth[right]:
+        right += 1
+    for j in range(1, right + 1):
+        hits[j] += 1
+
+
+def summarise(hits: list[int], proposals: int) -> dict:
     return {"per_position": [round(hits[j] / max(proposals, 1), 4) for j in range(1, K + 1)],
             "mean_accepted": round(sum(hits[1:]) / max(proposals, 1), 3), "proposals": proposals}
 
@@ -105,6 +113,14 @@ def layer_skip(target_folder: Path, layers: int) -> ModelDrafter:
     model.cfg = replace(model.cfg, num_layers=layers)  # the drafter's KV cache: those layers only
     model.pack()
     return ModelDrafter(model, max_slots=64, max_len=2048)
+
+
+def write_report(out: str, report: dict, started: float) -> None:
+    """The report as JSON at ``out``, with the script's wall time."""
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {out}")
 
 
 def main() -> None:
@@ -160,10 +176,7 @@ def main() -> None:
                "held_out_T0": acceptance(skip, held[0.0], 0.0), "draft_ms_per_token": round(draft_ms_per_token(skip, probe), 2)}
         report["layer_skip"].append(row)
         print(json.dumps(row), flush=True)
-    report["wall_s"] = round(time.perf_counter() - started, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, report, started)
 
 
 if __name__ == "__main__":

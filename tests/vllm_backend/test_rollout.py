@@ -40,6 +40,11 @@ def reference(prompts, session_cache):
     return asyncio.run(run())
 
 
+def _subset(samples: dict[str, list[int]], prompt_ids: list[str]) -> dict[str, list[int]]:
+    """The reference's samples of those prompts (sample ids are "<prompt id>#<i>")."""
+    return {rid: tokens for rid, tokens in samples.items() if rid.split("#")[0] in prompt_ids}
+
+
 def _config(**overrides) -> EngineConfig:
     return EngineConfig(**{"mode": "specactor", "drafters": ["ngram", "suffix"], "backend": "vllm", "max_len": 512,
                            "max_batch": 8, "profile": "packaged", "progress_every_s": 0.2, **overrides})
@@ -107,12 +112,12 @@ async def test_the_model_drafter_drafts_for_vllm_at_t1_and_most_of_it_is_accepte
     Coupled: decoupled on 2 shared cores it drafts a token in about one vLLM step, so its drafts
     arrive for prefixes vLLM has moved past and are dropped (never verified against them)."""
     async with RolloutEngine(_config(policy=False, drafters=["model"], mode="coupled")) as engine:
-        got = await engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=96, seed=5, n=2),
-                                    request_ids=IDS)
-    assert {r.request_id: r.token_ids for r in got} == reference[1.0]
+        got = await engine.generate(prompts[:2], SamplingParams(temperature=1.0, max_tokens=96, seed=5, n=2),
+                                    request_ids=IDS[:2])
+    assert {r.request_id: r.token_ids for r in got} == _subset(reference[1.0], IDS[:2])
     drafted = sum(r.stats.per_method.get("model", {}).get("drafted", 0) for r in got)
     accepted = sum(r.stats.per_method.get("model", {}).get("accepted", 0) for r in got)
-    assert drafted > 100 and accepted > 0.5 * drafted
+    assert drafted > 50 and accepted > 0.5 * drafted
 
 
 async def test_the_learned_drafter_trains_on_vllms_rollouts_at_an_update_and_then_drafts(
@@ -124,10 +129,10 @@ async def test_the_learned_drafter_trains_on_vllms_rollouts_at_an_update_and_the
 
     params = SamplingParams(temperature=0.0, max_tokens=96, seed=5, n=2)
     async with RolloutEngine(_config(policy=False, drafters=["learned"])) as engine:
-        before = await engine.generate(prompts, params, request_ids=IDS)
+        before = await engine.generate(prompts[:2], params, request_ids=IDS[:2])
         await engine.update_weights(read_checkpoint(default_model[0]))  # the same policy, a new version
-        after = await engine.generate(prompts, params, request_ids=IDS)
+        after = await engine.generate(prompts[:2], params, request_ids=IDS[:2])
     for got in (before, after):
-        assert {r.request_id: r.token_ids for r in got} == reference[0.0]
+        assert {r.request_id: r.token_ids for r in got} == _subset(reference[0.0], IDS[:2])
     assert sum(r.stats.per_method.get("learned", {}).get("drafted", 0) for r in before) == 0
     assert sum(r.stats.per_method.get("learned", {}).get("accepted", 0) for r in after) > 0
