@@ -9,6 +9,7 @@ Model loading and process start-up are outside the timed part.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -171,28 +172,36 @@ def run_transformers(mode: Mode, work: Workload, temperature: float,
 
 
 def vllm_available() -> str | None:
-    """None if vLLM can run here, else why not."""
+    """None if vLLM can run here (on a GPU, or its CPU build), else why not."""
     try:
-        import vllm  # noqa: F401
+        from vllm.platforms import current_platform
     except ImportError:
-        return "vllm is not installed (pip install 'specactor[vllm]' on a GPU machine)"
-    if not torch.cuda.is_available():
-        return "vllm needs a GPU and this machine has none"
+        return "vllm is not installed: `bash scripts/setup.sh --vllm` (its CPU build where there is no GPU)"
+    if not (current_platform.is_cuda_alike() or current_platform.is_cpu()):
+        return f"vllm found no device it can run on here (platform {current_platform.device_type or 'none'!r})"
     return None
 
 
 def run_vllm(mode: Mode, work: Workload, temperature: float,
              update: Updater | None) -> list[RunRecord]:
-    """vLLM's offline engine on the same prompts (its sampler differs: no token identity).
-    Not exercised on the CPU machines this project is developed on."""
+    """Stock vLLM's offline engine on the same prompts and seeds (its own sampler: no token
+    identity with the other modes at T > 0, so compare its tokens/s)."""
     import vllm
+    from vllm.platforms import current_platform
 
+    from specactor.vllm_backend.engine import VLLM_ENV, VllmModel
+
+    cpu = {}
+    if current_platform.is_cpu():  # the CPU build: eager, and never a chunked prefill (a seeded
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # one crashes vLLM 0.32 on CPU)
+        cpu = {"enforce_eager": True, "max_num_batched_tokens": 32768}
+    os.environ.update(VLLM_ENV)  # the engine core in this process: weight updates reach it in place
     before = PeakMemory.tree_mb()
-    llm = vllm.LLM(model=str(work.folder), dtype=work.engine.dtype, seed=0)
+    llm = vllm.LLM(model=str(work.folder), dtype=work.engine.dtype, seed=0, **cpu)
     records = []
     for epoch in range(work.epochs):
-        if epoch and update is not None:
-            llm.collective_rpc("load_weights", kwargs={"weights": list(update(records[0]).items())})
+        if epoch and update is not None:  # in place, as the vllm backend updates its verifier
+            VllmModel(llm, work.folder).load_hf_state_dict(update(records[0]))
         params = [vllm.SamplingParams(temperature=temperature, max_tokens=work.max_tokens,
                                       seed=sample_seed(work.seed(epoch), rid, s)) for rid in work.request_ids()
                   for s in range(work.n)]

@@ -86,3 +86,12 @@ def test_markdown_marks_incomparable_samplers() -> None:
     table = markdown({"date": "d", "machine": "m", "command": "c", "wall_s": 1.0, "runs": [base, run],
                       "workload": {"prompts": 1, "n": 1, "max_tokens": 8, "epochs": 1, "temperatures": [1.0]}})
     assert "| transformers | 1 | 2.00 s (2.00x) |" in table and table.rstrip().endswith("| - |")
+
+
+def test_stock_vllm_is_offered_where_its_cpu_build_runs() -> None:
+    """The bench's `vllm` mode (stock vLLM beside the others) runs on vLLM's CPU build too: it was
+    once skipped as "needs a GPU" on every machine without one."""
+    pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
+    from specactor.bench.runners import vllm_available
+
+    assert vllm_available() is None
