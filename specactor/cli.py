@@ -152,7 +152,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "from the same run (an oracle choosing the best method and window per sample and batch size at the "
         "acceptance it saw, a zero-cost drafter, a perfect drafter), and how many samples hit the token cap. "
         "Other modes through --modes: transformers, transformers+pld (prompt lookup cannot batch: only the "
-        "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, vllm (when it can run). "
+        "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, vllm (stock vLLM, on a GPU "
+        "or its CPU build). "
         "Writes suite.json, suite.md and suite.png to --out.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
