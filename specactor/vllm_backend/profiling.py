@@ -18,11 +18,12 @@ after one warm-up. The requests are aborted after each batch size.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -47,59 +48,52 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     steps_needed = (repeats + 1) * len(chunk_lens) * 2 * max(chunk_lens) + 2
     if context + steps_needed > engine.cache.max_len:
         raise ValueError(f"context {context} + {steps_needed} measured tokens exceed max_len {engine.cache.max_len}")
+    vocab = engine.vocab_size
     gen = torch.Generator().manual_seed(0)
     params = SamplingParams(temperature=0.0, max_tokens=steps_needed)
     started = time.perf_counter()
-    stops, engine.eos_token_ids = engine.eos_token_ids, frozenset()  # no row may finish while it is timed
-    try:
-        return _measure(engine, batch_sizes, chunk_lens, context, repeats, params, gen, started, budget_s, progress)
-    finally:
-        engine.eos_token_ids = stops
-
-
-def _measure(engine: Any, batch_sizes: list[int], chunk_lens: list[int], context: int, repeats: int,
-             params: SamplingParams, gen: torch.Generator, started: float, budget_s: float | None,
-             progress: Callable[[str], None] | None) -> dict[str, Any]:
-    vocab = engine.vocab_size
     forward: list[list[float]] = []
     one: list[list[float]] = []
     done: list[int] = []
     partial = False
-    for b in batch_sizes:
-        if budget_s is not None and done and time.perf_counter() - started > budget_s:
-            partial = True
-            break
-        seqs = [Sequence(f"profile-{b}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(), params,
-                         seed=i) for i in range(b)]
-        for seq in seqs:
-            engine.add(seq)
-        while any(not s.output_ids for s in seqs):  # the prefill (chunked if it must be)
-            engine.step()
 
-        def timed(c: int, rows: list[Sequence]) -> float:
-            times = []
-            for r in range(repeats + 1):
-                # a token the model will not pick after its own greedy one: verified, then rejected
-                drafts = {s.request_id: ("profile", [(s.output_ids[-1] + 7919) % vocab] * (c - 1)) for s in rows}
-                t0 = time.perf_counter()
-                engine.step(drafts if c > 1 else None)
-                if r:
-                    times.append(time.perf_counter() - t0)
-            return statistics.median(times)
+    def timed(c: int, rows: list[Sequence]) -> float:
+        times = []
+        for r in range(repeats + 1):
+            # a token the model will not pick after its own greedy one: verified, then rejected
+            drafts = {s.request_id: ("profile", [(s.output_ids[-1] + 7919) % vocab] * (c - 1)) for s in rows}
+            t0 = time.perf_counter()
+            engine.step(drafts if c > 1 else None)
+            if r:
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
 
-        f_row, o_row = [], []
-        for c in chunk_lens:
-            f = timed(c, seqs)
-            o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
-            f_row.append(f)
-            o_row.append(o)
-            if progress is not None:
-                progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms")
-        for seq in seqs:
-            engine.abort(seq.request_id)
-        forward.append(f_row)
-        one.append(o_row)
-        done.append(b)
+    with _no_stop_tokens(engine):
+        for b in batch_sizes:
+            if budget_s is not None and done and time.perf_counter() - started > budget_s:
+                partial = True
+                break
+            seqs = [Sequence(f"profile-{b}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(),
+                             params, seed=i) for i in range(b)]
+            try:
+                for seq in seqs:
+                    engine.add(seq)
+                while any(not s.output_ids for s in seqs):  # the prefill (chunked if it must be)
+                    engine.step()
+                f_row, o_row = [], []
+                for c in chunk_lens:
+                    f = timed(c, seqs)
+                    o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
+                    f_row.append(f)
+                    o_row.append(o)
+                    if progress is not None:
+                        progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms")
+            finally:
+                for seq in seqs:
+                    engine.abort(seq.request_id)
+            forward.append(f_row)
+            one.append(o_row)
+            done.append(b)
     result: dict[str, Any] = {
         "model": engine.folder.name, "context": context, "threads": int(os.environ.get("OMP_NUM_THREADS") or 0),
         "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "one_row_s": one, "repeats": repeats,
@@ -110,3 +104,13 @@ def _measure(engine: Any, batch_sizes: list[int], chunk_lens: list[int], context
     if partial:
         result["partial"] = True
     return result
+
+
+@contextlib.contextmanager
+def _no_stop_tokens(engine: Any) -> Iterator[None]:
+    """No row may finish while it is timed: the engine's stop tokens are off, then back."""
+    stops, engine.eos_token_ids = engine.eos_token_ids, frozenset()
+    try:
+        yield
+    finally:
+        engine.eos_token_ids = stops

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from specactor.drafters.base import DraftState
+from specactor.drafters.ngram import NgramDrafter
 from specactor.protocol import SamplingParams
 from specactor.verifier.engine import Sequence
 
@@ -25,3 +27,12 @@ def run_to_end(engine, seqs: list[Sequence], drafter: Callable[[Sequence], list[
         engine.step(drafts)
     assert not engine.has_work
     return seqs
+
+
+def ngram_drafts(seq: Sequence, k: int = 4) -> list[int]:
+    """specactor's ngram drafter on the sample's own tokens (what followed the last earlier
+    occurrence of its last two tokens): code repeats itself, so some drafts are right even at T=1."""
+    drafter, state = NgramDrafter(min_n=2, max_n=2), DraftState(seq.request_id, seq.prompt_ids,
+                                                                 committed=list(seq.output_ids))
+    drafter.start(state)
+    return drafter.propose([state], k)[0]

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
 from specactor.bench.calibration import chi_square_p, power_against_a_shift, score  # noqa: E402
-from tests.vllm_backend.engine_runs import run_to_end, sequences  # noqa: E402
+from tests.vllm_backend.engine_runs import ngram_drafts, run_to_end, sequences  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -21,23 +21,12 @@ MAX_TOKENS = 256
 ALPHA = 1e-3
 
 
-def lookup_drafter(seq) -> list[int]:
-    """Prompt lookup on the sample's own tokens: what followed the last earlier occurrence of its
-    last two tokens (code repeats itself, so some drafts are right even at T=1)."""
-    context = seq.prompt_ids + seq.output_ids
-    tail = context[-2:]
-    for start in range(len(context) - 3, -1, -1):
-        if context[start:start + 2] == tail:
-            return context[start + 2:start + 6]
-    return []
-
-
 @pytest.fixture(scope="module")
 def scored(setup):
     """(bucket probabilities, observed buckets, buckets of a T=1.1 sampler) of a T=1 run with drafts."""
     vllm, ours, prompts = setup
     many = [p for p in prompts for _ in range(SAMPLES_PER_PROMPT)]
-    keyed = run_to_end(vllm, sequences(many, 1.0, MAX_TOKENS, seed=1000), lookup_drafter)
+    keyed = run_to_end(vllm, sequences(many, 1.0, MAX_TOKENS, seed=1000), ngram_drafts)
     assert sum(s.drafted for s in keyed) > 0 and sum(s.accepted for s in keyed) > 0  # speculation ran
     return score(ours.model, [(s.prompt_ids, s.output_ids) for s in keyed], wrong_temperature=1.1)
 
