@@ -23,7 +23,10 @@ def phase_split(finish_s: list[float], makespan_s: float) -> tuple[float, float]
 
 
 class PeakMemory:
-    """Samples the RSS of this process and all its children (the engine's actors) in a thread.
+    """Samples the RSS of this process and all its children (the engine's actors) in a thread,
+    and counts the CPU seconds each side used over the run: the caller (coordinator, policy,
+    cheap drafters, the bench) against its children (the verifier and any drafter processes).
+    On a 2-core machine the caller's CPU is what a speculative mode takes from the verifier.
 
     Sparingly: on a 2-core machine a sample (a walk of /proc, ~3 ms of CPU) every 20 ms took
     14% of a core from the verifier it was measuring. Models' memory moves in steps that
@@ -34,6 +37,9 @@ class PeakMemory:
         self.peak_mb = self.tree_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cpu_before: dict[int, float] = {}
+        self.caller_cpu_s = 0.0
+        self.children_cpu_s = 0.0
 
     @staticmethod
     def tree_mb() -> float:
@@ -46,11 +52,30 @@ class PeakMemory:
                 pass
         return total / 2**20
 
+    @staticmethod
+    def tree_cpu_s() -> dict[int, float]:
+        """User + system CPU seconds of this process and each child, by pid."""
+        me = psutil.Process(os.getpid())
+        out = {}
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                out[proc.pid] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return out
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.peak_mb = max(self.peak_mb, self.tree_mb())
+        after, me = self.tree_cpu_s(), os.getpid()
+        # a child that started during the run counts from 0; one that ended during it is lost
+        used = {pid: cpu - self._cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
+        self.caller_cpu_s = used.pop(me, 0.0)
+        self.children_cpu_s = sum(used.values())
 
     def __enter__(self) -> "PeakMemory":
+        self._cpu_before = self.tree_cpu_s()
         self._thread.start()
         return self
 
@@ -73,6 +98,8 @@ class RunRecord:
     accepted: int = 0
     verified_drafts: int = 0  # drafts that reached the verifier (for the mean accepted length)
     peak_mb: float = 0.0  # of the whole process tree, during the run
+    caller_cpu_s: float = 0.0  # CPU seconds of the calling process (coordinator, policy, cheap drafters)
+    children_cpu_s: float = 0.0  # CPU seconds of its children (verifier, drafter processes)
     added_mb: float = 0.0  # peak minus what the process tree held before the mode started
     finishes: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, tokens) per sample
     outputs: dict[str, list[int]] = field(default_factory=dict)
@@ -84,6 +111,7 @@ class RunRecord:
 
     def set_memory(self, memory: PeakMemory, before_mb: float) -> None:
         self.peak_mb, self.added_mb = memory.peak_mb, memory.peak_mb - before_mb
+        self.caller_cpu_s, self.children_cpu_s = memory.caller_cpu_s, memory.children_cpu_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -118,6 +146,7 @@ class RunRecord:
                 "mean_accepted_length": None if self.mean_accepted_length is None
                 else round(self.mean_accepted_length, 3),
                 "tail_s": round(self.tail_s, 3), "peak_mb": round(self.peak_mb), "added_mb": round(self.added_mb),
+                "caller_cpu_s": round(self.caller_cpu_s, 2), "children_cpu_s": round(self.children_cpu_s, 2),
                 "differing": self.differing, "policy_version": self.policy_version,
                 "phase1_s": round(self.phases[0], 3), "phase2_s": round(self.phases[1], 3),
                 "samples": len(self.outputs), "capped": self.capped, "note": self.note,

@@ -79,14 +79,21 @@ def _speed_table(rows: dict[str, list[dict]], ceilings: dict[int, dict]) -> list
 
 def _detail_table(rows: dict[str, list[dict]]) -> list[str]:
     lines = ["| mode | epoch | samples | capped | tokens | tokens/s | mean accepted length | peak (added) | "
-             "differing |", "|---|---|---|---|---|---|---|---|---|"]
+             "CPU s: caller / children | differing |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, runs in rows.items():
         for r in runs:
             accepted = "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}"
             lines.append(f"| {mode} | {r['epoch'] + 1} | {r.get('samples', '-')} | {r.get('capped', '-')} | "
                          f"{r['tokens']} | {r['tokens_per_s']:.1f} | {accepted} | {r['peak_mb']:.0f} MB "
-                         f"({r['added_mb']:.0f}) | {'-' if r['differing'] is None else r['differing']} |")
+                         f"({r['added_mb']:.0f}) | {_cpu(r)} | {'-' if r['differing'] is None else r['differing']} |")
     return lines
+
+
+def _cpu(run: dict) -> str:
+    """CPU seconds of the calling process and of its children over the run (older results lack them)."""
+    if "caller_cpu_s" not in run:
+        return "-"
+    return f"{run['caller_cpu_s']:.1f} / {run['children_cpu_s']:.1f}"
 
 
 def _repeat_notes(rows: dict[str, list[dict]]) -> list[str]:
