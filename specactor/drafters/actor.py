@@ -2,7 +2,8 @@
 
 The mode is per request (``Track.mode``; the policy may change it).
 Decoupled: drafts ahead of the last verdict without waiting, up to the
-request's window, streaming one DraftBatch per drafting round; a verdict that
+request's lookahead (:func:`decoupled_lookahead` of its window: enough for the
+step in flight and the next), streaming one DraftBatch per drafting round; a verdict that
 contradicts the lookahead discards it (rollback) and drafting goes on from the
 committed tokens. Coupled: drafts up to ``window`` tokens, then waits for the
 verdict on them (the classic draft-then-verify barrier).
@@ -20,7 +21,7 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
-from specactor.drafters.base import DraftState, Drafter
+from specactor.drafters.base import DraftState, Drafter, decoupled_lookahead
 from specactor.drafters.registry import make_drafter
 from specactor.memory import release_freed_memory
 from specactor.weight_update import PendingUpdates
@@ -157,7 +158,8 @@ class DraftActor(Actor):
                            temperature=msg.temperature)
         self.drafter.start(state)
         self.states[msg.request_id] = state
-        self.windows[msg.request_id] = max(1, min(msg.window or self.window, self.window))
+        longest = self.window if msg.mode == p.DraftMode.COUPLED else decoupled_lookahead(self.window)
+        self.windows[msg.request_id] = max(1, min(msg.window or self.window, longest))
         if msg.mode == p.DraftMode.COUPLED:
             self.coupled.add(msg.request_id)
         self._need_draft.add(msg.request_id)
@@ -219,7 +221,8 @@ class DraftActor(Actor):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            k = min(self.k, max(self.windows[s.request_id] for s in ready))
+            room = max(self.windows[s.request_id] - len(s.lookahead) for s in ready)
+            k = room if getattr(self.drafter, "lookup", False) else min(self.k, room)
             self._busy = True
             t0 = time.perf_counter()
             try:

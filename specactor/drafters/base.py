@@ -61,8 +61,22 @@ class DraftState:
         return False
 
 
+def decoupled_lookahead(window: int) -> int:
+    """How far a decoupled drafter runs ahead of the last verdict when the verifier verifies up
+    to ``window`` of its tokens a step: the step in flight takes ``window`` tokens and commits one
+    of its own after them, and the next step needs ``window`` more beyond that. With only
+    ``window`` tokens of run-ahead, every step would find the drafts it needs still unwritten (the
+    verdict that lets the drafter go on arrives after the next step started): measured on a T=0
+    tail at window 8, steps verified 3-4 tokens a request at 100% acceptance."""
+    return 2 * window + 1
+
+
 class Drafter(Protocol):
-    """One drafting method serving many requests."""
+    """One drafting method serving many requests.
+
+    A drafter may set ``lookup = True`` when a proposal costs next to nothing per token (a
+    lookup in text already seen, not a model): its actor then drafts all the room a request has
+    in one round instead of ``k`` tokens at a time."""
 
     name: str
 

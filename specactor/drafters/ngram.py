@@ -22,6 +22,7 @@ class _Index:
 
 class NgramDrafter:
     name = "ngram"
+    lookup = True  # a proposal is a lookup, not a model: the actor drafts all the room in one round
 
     def __init__(self, min_n: int = 1, max_n: int = 4) -> None:
         if not 1 <= min_n <= max_n:

@@ -216,6 +216,7 @@ class SuffixDrafter:
     """
 
     name = "suffix"
+    lookup = True  # a proposal is a lookup, not a model: the actor drafts all the room in one round
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
 from specactor.config import BACKENDS, torch_dtype
+from specactor.drafters.base import decoupled_lookahead
 from specactor.seeds import sample_seed
 from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
@@ -323,7 +324,8 @@ class VerifyActor(Actor):
         old_mode = p.DraftMode.COUPLED if request_id in self.coupled else p.DraftMode.DECOUPLED
         # A decoupled drafter must run further ahead than one step verifies, or its
         # drafts are overtaken by the verifier's own token: give it the full lookahead.
-        lookahead = max(msg.window, 1) if mode == p.DraftMode.COUPLED else max(self.window, msg.window, 1)
+        lookahead = (max(msg.window, 1) if mode == p.DraftMode.COUPLED
+                     else decoupled_lookahead(max(self.window, msg.window, 1)))
         for drafter in old:
             if drafter not in wanted or mode != old_mode:
                 await self.send(drafter, p.Untrack(request_id=request_id))
