@@ -1,9 +1,14 @@
-"""Where a speculative mode's time goes when it drafts nothing: autoregressive and specactor on the
-bench's long-tail workload, one after the other, with the CPU time of the calling process (which
-hosts the coordinator, the policy and the cheap drafters) and the verifier's median forward time
-per batch size from the events.
+"""Where a speculative mode's time goes when it drafts (almost) nothing: autoregressive and
+specactor on the bench's long-tail workload, interleaved, with the CPU seconds of the calling
+process (coordinator, policy, cheap drafters) and of its children (the verifier), and the
+verifier's median forward time per batch size from each run's events.
 
-    python bench/cpu_split.py [--max-tokens 768] [--temperature 1] [--out bench/results/cpu_split]
+    python bench/cpu_split.py [--backend torch|vllm] [--repeats 2] [--max-tokens 768]
+                              [--temperature 1] [--out bench/results/cpu_split]
+
+If the speculative mode is slower and its forwards are slower at the same batch size while
+the caller's CPU is small, the machinery is not what costs (the machine drifted, or the
+forwards themselves changed); if the caller's CPU is large, it took the verifier's cores.
 """
 
 from __future__ import annotations
@@ -13,43 +18,63 @@ import asyncio
 import collections
 import json
 import statistics
-import time
+from dataclasses import replace
 from pathlib import Path
 
 from specactor.bench.runners import Mode, run_engine
 from specactor.bench.suite import BenchOptions, build_workload
+from specactor.config import EngineConfig
+
+MODES = ("autoregressive", "specactor")
+
+
+def _forward_ms_by_batch(events: Path) -> dict[int, list[float]]:
+    by_batch: dict[int, list[float]] = collections.defaultdict(list)
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "verify.step" and event["batch_size"]:
+            by_batch[event["batch_size"]].append(event["forward_ms"])
+    return by_batch
+
+
+def _run(name: str, work, temperature: float, events: Path) -> dict:
+    events.unlink(missing_ok=True)
+    mode = Mode(name, "engine", engine_mode=name, drafters=["ngram", "suffix"])
+    record = asyncio.run(run_engine(mode, work, temperature, None, events=str(events)))[0]
+    by_batch = _forward_ms_by_batch(events)
+    return {"makespan_s": round(record.makespan_s, 2), "caller_cpu_s": round(record.caller_cpu_s, 2),
+            "children_cpu_s": round(record.children_cpu_s, 2), "drafted": record.drafted, "tokens": record.tokens,
+            "forward_s": round(sum(sum(v) for v in by_batch.values()) / 1000, 2),
+            "forward_ms_by_batch": {b: round(statistics.median(v), 1) for b, v in sorted(by_batch.items()) if len(v) >= 5}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=("torch", "vllm"), default="torch")
+    parser.add_argument("--repeats", type=int, default=2, help="pairs, interleaved (this machine drifts)")
     parser.add_argument("--max-tokens", type=int, default=768)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--out", default="bench/results/cpu_split")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = build_workload(BenchOptions(max_tokens=args.max_tokens, epochs=1))
-    report = {}
-    for name in ("autoregressive", "specactor"):
-        events = out / f"events-{name}.jsonl"
-        events.unlink(missing_ok=True)
-        mode = Mode(name, "engine", engine_mode=name, drafters=["ngram", "suffix"])
-        cpu0 = time.process_time()
-        record = asyncio.run(run_engine(mode, work, args.temperature, None, events=str(events)))[0]
-        cpu = time.process_time() - cpu0
-        by_batch: dict[int, list[float]] = collections.defaultdict(list)
-        for line in events.read_text().splitlines():
-            event = json.loads(line)
-            if event["event"] == "verify.step":
-                by_batch[event["batch_size"]].append(event["forward_ms"])
-        report[name] = {"makespan_s": round(record.makespan_s, 2), "caller_cpu_s": round(cpu, 2),
-                        "drafted": record.drafted, "tokens": record.tokens,
-                        "forward_ms_by_batch": {b: round(statistics.median(v), 1)
-                                                for b, v in sorted(by_batch.items()) if len(v) >= 5}}
-        print(name, json.dumps(report[name]), flush=True)
-    report["speedup"] = round(report["autoregressive"]["makespan_s"] / report["specactor"]["makespan_s"], 3)
-    (out / "cpu_split.json").write_text(json.dumps(report, indent=1))
-    print(f"speedup {report['speedup']}x; wrote {out / 'cpu_split.json'}")
+    opts = BenchOptions(max_tokens=args.max_tokens, epochs=1, engine=replace(EngineConfig(), backend=args.backend))
+    work = build_workload(opts)
+    repeats = []
+    for repeat in range(args.repeats):
+        runs = {name: _run(name, work, args.temperature, out / f"events-{name}-{args.backend}.jsonl") for name in MODES}
+        runs["speedup"] = round(runs["autoregressive"]["makespan_s"] / runs["specactor"]["makespan_s"], 3)
+        # forwards at the same batch size, specactor's over autoregressive's: the verifier's own speed
+        ar, spec = runs["autoregressive"]["forward_ms_by_batch"], runs["specactor"]["forward_ms_by_batch"]
+        ratios = [spec[b] / ar[b] for b in ar if b in spec]
+        runs["forward_ratio_median"] = round(statistics.median(ratios), 3) if ratios else None
+        repeats.append(runs)
+        print(f"repeat {repeat + 1}: " + json.dumps(runs), flush=True)
+        report = {"backend": args.backend, "temperature": args.temperature, "max_tokens": args.max_tokens,
+                  "repeats": repeats,
+                  "speedup_median": statistics.median(r["speedup"] for r in repeats)}
+        (out / f"cpu_split_{args.backend}.json").write_text(json.dumps(report, indent=1))
+    print(f"speedups {[r['speedup'] for r in repeats]}; wrote {out / f'cpu_split_{args.backend}.json'}")
 
 
 if __name__ == "__main__":
