@@ -168,3 +168,54 @@ def test_an_exploration_holds_until_its_first_draft_is_verified() -> None:
     for _ in range(4):
         other.observe("r", "ngram", 4, 0)
     assert not other.plan(1)["r"].methods
+
+
+def test_acceptance_evidence_counts_tokens_however_the_drafts_are_cut() -> None:
+    """A shadowed request's draft is scored one committed token a step; a verified one 8 at
+    a time. The same 40 right tokens must say the same thing either way (discounted per
+    draft, the one-token scores held the posterior near 0.7 with every token right)."""
+    cost = CostModel.from_profile(None)
+    policy = FastestOfN(["ngram"], cost, seed=0)
+    for rid in ("singles", "eights", "others"):
+        policy.add_request(rid)
+    for _ in range(20):  # the method's global estimate is modest: the other requests' drafts fail early
+        policy.observe("others", "ngram", 8, 2)
+    for _ in range(40):
+        policy.observe("singles", "ngram", 1, 1)
+    for _ in range(5):
+        policy.observe("eights", "ngram", 8, 8)
+    singles, eights = policy.estimate("singles", "ngram"), policy.estimate("eights", "ngram")
+    assert singles > 0.8 and eights > 0.8
+    assert abs(singles - eights) < 0.03
+
+
+def _tail_policy() -> FastestOfN:
+    """8 requests seen, 2 left (the tail), on a verifier where drafted tokens never pay: both stay
+    off, and are shadowed (ngram is free)."""
+    cost = CostModel([1, 64], [1, 64], [[0.02, 2.0], [0.03, 4.0]])
+    cost.draft = CostModel.from_profile().draft
+    policy = FastestOfN(["ngram"], cost, seed=0, shadow_rounds=2, shadow_gap=4)
+    for i in range(8):
+        policy.add_request(f"r{i}")
+    for i in range(6):
+        policy.remove_request(f"r{i}")
+    return policy
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_shadow_period_goes_on_while_its_scores_are_right(right: bool) -> None:
+    policy = _tail_policy()
+    shadowed = []
+    for plan_step in range(4, 36, 4):  # a plan every 4 verifier steps (a round)
+        choice = policy.plan(2, step=plan_step)["r6"]
+        assert not choice.window
+        shadowed.append("shadow-scoring" in choice.reason)
+        for _ in range(4):
+            if shadowed[-1]:  # one committed token a step: one token of each shadow draft is scored
+                policy.observe("r6", "ngram", 1 if right else 8, 1 if right else 0)
+            policy.observe_commit("r6", 1)
+    assert shadowed[:2] == [True, True]
+    if right:
+        assert all(shadowed), shadowed
+    else:
+        assert shadowed[2:6] == [False] * 4, shadowed  # the gap after a period that found nothing
