@@ -152,8 +152,10 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "from the same run (an oracle choosing the best method and window per sample and batch size at the "
         "acceptance it saw, a zero-cost drafter, a perfect drafter), and how many samples hit the token cap. "
         "Other modes through --modes: transformers, transformers+pld (prompt lookup cannot batch: only the "
-        "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, vllm (stock vLLM, on a GPU "
-        "or its CPU build). "
+        "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, specactor+learned (the "
+        "learned drafter beside ngram and suffix: it trains on each epoch's rollouts at the weight update, so "
+        "it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
+        "vLLM, on a GPU or its CPU build). "
         "Writes suite.json, suite.md and suite.png to --out.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -174,7 +176,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                             "small machine's speed drifts by that much within minutes)")
     bench.add_argument("--modes", default=None,
                        help="comma-separated, autoregressive first (default: autoregressive,specactor; also "
-                            "transformers, transformers+pld, coupled ngram, coupled suffix, vllm)")
+                            "transformers, transformers+pld, coupled ngram, coupled suffix, specactor+learned, vllm)")
     bench.add_argument("--out", default="bench/results/suite", help="output folder")
     add_engine_arguments(bench, without=("mode", "drafters", "seed", "events", "max_len"))
     bench.set_defaults(func=_bench)

@@ -113,7 +113,6 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                      "other_epochs": min(opts.other_epochs, opts.epochs),
                      "temperatures": list(opts.temperatures), "repeats": opts.repeats},
         "runs": [], "ceilings": [], "update": None, "skipped": {}}
-    cost = CostModel.from_profile(opts.engine.profile)
     why_no_vllm = vllm_available()
     update = PolicyUpdate(work, opts.lr, progress, opts.update_groups) if opts.epochs > 1 else None
     main_work = work
@@ -127,6 +126,8 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         for records in by_mode.values():
             report["runs"].extend(record.summary() | {"repeats_s": record_repeats(repeats, record)}
                                   for record in records)
+        cost = ceiling_cost(opts.engine)  # after the runs: a specactor run measured or found this machine's
+        report["ceilings_profile"] = profile_label(cost.source)
         for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens):
             report["ceilings"].append(epoch_ceilings)
             progress(f"T={temperature:g} epoch {epoch_ceilings['epoch'] + 1} ceilings (x vs autoregressive): "
@@ -197,6 +198,29 @@ def record_repeats(repeats: list[dict[str, list[RunRecord]]], record: RunRecord)
         if runs and base and record.epoch < len(runs):
             pairs.append([round(runs[record.epoch].makespan_s, 3), round(base[record.epoch].makespan_s, 3)])
     return pairs
+
+
+def ceiling_cost(engine: EngineConfig) -> CostModel:
+    """The cost model the ceilings are simulated on: the one the policy decided on, i.e. this
+    machine's cached profile for the engine's backend, model, dtype, device and threads (a vLLM
+    verifier's steps cost what vLLM's cost, not our engine's), or the file ``engine.profile``
+    names; the packaged one where nothing was measured."""
+    from specactor.models import resolve_model
+    from specactor.policy.profiling import resolve_profile
+
+    threads = engine.verifier_thread_count  # None: torch's default, as in the verifier's process
+    if threads is None and engine.backend == "vllm":  # vLLM's OpenMP threads (VllmEngine's default)
+        threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+    setting = "cached" if engine.profile in (None, "auto") else engine.profile
+    path = resolve_profile(setting, resolve_model(engine.model), dtype=engine.dtype, device=engine.device,
+                           threads=threads, backend=engine.backend)
+    return CostModel.from_profile(path)
+
+
+def profile_label(source: str) -> str:
+    """A profile named for the report without the machine's paths: the packaged one, or the cached
+    file's name (it encodes the model, dtype, device and threads)."""
+    return source if source == "packaged" else Path(source).name
 
 
 def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,

@@ -95,3 +95,29 @@ def test_stock_vllm_is_offered_where_its_cpu_build_runs() -> None:
     from specactor.bench.runners import vllm_available
 
     assert vllm_available() is None
+
+
+def test_the_ceilings_are_simulated_on_the_profile_the_policy_used(tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    """This machine's cached profile for the engine's backend and setting (another backend's or
+    another dtype's never stands in for it), a named file as named, else the packaged one."""
+    from specactor.bench.suite import ceiling_cost, profile_label
+    from specactor.policy.profiling import Grid, ensure_profile, measure
+    from specactor.verifier.weights import load_causal_lm
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(tmp_path / "cache"))
+    engine = EngineConfig(model=str(tiny_checkpoint), verifier_threads=1, profile="auto")  # the tests' default: packaged
+    assert ceiling_cost(engine).source == "packaged"  # nothing measured yet
+    model = load_causal_lm(tiny_checkpoint)
+    grid = Grid(batch_sizes=(1, 2), chunk_lens=(1, 2), context=8, repeats=1)
+    theirs = ensure_profile("another backend", tiny_checkpoint, dtype="float32", device="cpu", threads=1, grid=grid,
+                            announce=lambda _: None, backend="vllm",
+                            measurer=lambda _engine, *a, **k: measure(model, *a, **k))
+    assert ceiling_cost(engine).source == "packaged"  # vLLM's steps are not our engine's
+    ours = ensure_profile(model, tiny_checkpoint, dtype="float32", device="cpu", threads=1, grid=grid,
+                          announce=lambda _: None)
+    assert ours is not None and theirs is not None and ours != theirs
+    assert ceiling_cost(engine).source == str(ours)
+    assert profile_label(str(ours)) == ours.name and "/" not in profile_label(str(ours))
+    assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), verifier_threads=2, profile="auto")).source == "packaged"
+    assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), profile=str(theirs))).source == str(theirs)
+    assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), profile="packaged")).source == "packaged"
