@@ -159,6 +159,29 @@ def test_awaiting_drafts_is_the_coupled_barrier() -> None:
     assert verifier.add_draft("nobody", "x", 0, [1]) is False
 
 
+def test_a_partly_rejected_draft_leaves_the_request_awaiting_a_new_one() -> None:
+    """A draft that reached past the output but was rejected part-way continues a future that did
+    not happen: the coupled barrier must wait for the drafter's next draft, not step without one."""
+    model = _model("llama")
+    params = SamplingParams(temperature=1.0, max_tokens=30)
+    reference = _reference(model, [[1, 2]], params, [7])[0].output_ids
+    verifier = Verifier(Engine(model, max_batch=1, max_len=64), default_window=4)
+    a = Sequence("r0", [1, 2], params, seed=7)
+    verifier.add(a)
+    verifier.step()  # prefill
+    n = len(a.output_ids)
+    wrong = (reference[n + 1] + 1) % VOCAB
+    verifier.add_draft("r0", "model", n, [reference[n], wrong, 3, 4])  # right, then wrong
+    assert verifier.awaiting_drafts() == []
+    report = verifier.step()
+    assert report.verdicts[0].accepted == 1 and len(a.output_ids) == n + 2
+    assert verifier.awaiting_drafts() == ["r0"]  # the old draft reaches past n + 2 but is dead
+    verifier.add_draft("r0", "model", n + 2, reference[n + 2:n + 4])
+    assert verifier.awaiting_drafts() == []
+    verifier.step()
+    assert a.output_ids == reference[:n + 5]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), racers=st.lists(st.sampled_from(BEHAVIOURS), min_size=2, max_size=4, unique=True))
 def test_racing_drafts_verified_as_a_tree_give_the_autoregressive_tokens(case, racers) -> None:
