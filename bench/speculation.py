@@ -68,7 +68,7 @@ async def run_once(config: EngineConfig, prompts: list[list[int]], params: Sampl
 
 def configs(drafters: list[str], args: argparse.Namespace, batch: int) -> dict[str, EngineConfig]:
     common = dict(k=args.k, window=args.window, max_batch=batch, max_len=1024, transport="ipc", processes=True,
-                  verifier_threads=args.verifier_threads)
+                  verifier_threads=args.verifier_threads, drafter_threads=args.drafter_threads)
     out = {"autoregressive": EngineConfig(mode="autoregressive", **common)}
     for d in drafters:
         out[f"coupled {d}"] = EngineConfig(mode="coupled", drafters=[d], **common)
@@ -90,7 +90,10 @@ def main() -> dict:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--verifier-threads", type=int, default=None)
+    parser.add_argument("--verifier-threads", type=int, default=None,
+                        help="torch threads of the verifier (default: every core, minus the model drafter's)")
+    parser.add_argument("--drafter-threads", type=int, default=1,
+                        help="torch threads of a model drafter in its own process (default 1)")
     parser.add_argument("--events", default=None, help="write every run's events here (JSON lines)")
     parser.add_argument("--only", default="", help="comma-separated config names to run (default all)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "speculation.json"))

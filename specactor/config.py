@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.drafters.registry import METHODS
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ class EngineConfig:
     mode: str = "specactor"
     drafters: list[str] = field(default_factory=lambda: ["ngram"])
     k: int = 4  # draft length per proposal (coupled: per verify step)
-    window: int = 8  # decoupled: how far a drafter may run ahead of the last verdict
+    #: the most draft tokens a verify step checks per request (the policy picks 0..window; a decoupled
+    #: drafter runs up to 2 * window + 1 tokens ahead of the last verdict)
+    window: int = DEFAULT_WINDOW
     max_batch: int = 32
     max_len: int = 1024
     #: samples accepted but not finished, at most (beyond max_batch they queue; beyond this a call is

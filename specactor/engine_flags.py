@@ -40,8 +40,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                            help="drafting methods for the speculative modes (coupled uses the first); add 'model' "
                                 "where the model drafter gets cores of its own (GPU, or more than 2 CPU cores)")
     group.add_argument("--k", type=positive_int, default=4, help="tokens per draft proposal")
-    group.add_argument("--window", type=positive_int, default=8,
-                       help="decoupled: how far a drafter may draft ahead of the last verdict")
+    group.add_argument("--window", type=positive_int, default=EngineConfig.window,
+                       help="the most draft tokens a verify step checks per request: the policy picks 0 to this "
+                            "for each request from its acceptance and the cost profile (a decoupled drafter runs "
+                            "up to 2 x window + 1 tokens ahead of the last verdict)")
     group.add_argument("--max-batch", type=positive_int, default=32, help="requests decoded together")
     if "max_len" not in without:
         group.add_argument("--max-len", type=positive_int, default=1024,

@@ -234,3 +234,26 @@ def test_resume_generates_only_the_missing_samples_and_they_are_the_same(tmp_pat
     prompts.write_text('{"prompt_ids": [1, 2, 3], "id": "a", "n": 3}\n{"prompt_ids": [1, 44, 45], "id": "b"}\n')
     with pytest.raises(ValueError, match="has another prompt than this run's"):
         run(out, True)
+
+
+@pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
+def test_a_command_without_engine_flags_gets_the_api_s_defaults(command: str, monkeypatch) -> None:
+    """The command line and the Python API must decode alike: a flag's default is EngineConfig's."""
+    import specactor.bench.suite
+    import specactor.rollout
+    import specactor.server.serve
+    from specactor.cli import main
+
+    seen = []
+    monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
+    monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
+    monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
+    required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": [], "bench": []}[command]
+    with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
+        main([command, *required])
+    (config,) = seen
+    from specactor.config import EngineConfig
+
+    api = EngineConfig()
+    assert (config.k, config.window, config.max_batch, config.racing, config.backend) == (
+        api.k, api.window, api.max_batch, api.racing, api.backend)

@@ -5,7 +5,7 @@ shows what three idealised drafters would have made of the same samples, in a
 deterministic simulation on the policy's cost model:
 
 - **oracle**: per request and per batch size, the single best drafting
-  configuration (method, window 0..8; window 0 = no speculation) given the
+  configuration (method, window 0..the run's window; window 0 = no speculation) given the
   acceptance that request actually saw, paying the cost model's drafting time;
 - **zero-cost**: the same with drafting free (best method per request, at the
   measured acceptance);
@@ -273,7 +273,8 @@ def ceilings(lengths: list[int], acceptance: list[Mapping[str, Acceptance]], cos
 
 
 def from_samples(runs: Mapping[str, Mapping[str, Mapping[str, Any]]], cost: CostModel,
-                 measured_autoregressive_s: float, baseline: str = "autoregressive") -> dict[str, Any]:
+                 measured_autoregressive_s: float, baseline: str = "autoregressive",
+                 max_window: int = MAX_WINDOW) -> dict[str, Any]:
     """Ceilings for one epoch from the per-sample records of every mode that ran it
     (``runs[mode][sample id] = {"tokens", "verify_steps", "per_method"}``): lengths from
     the baseline, acceptance pooled over every mode that drafted on the sample."""
@@ -281,7 +282,8 @@ def from_samples(runs: Mapping[str, Mapping[str, Mapping[str, Any]]], cost: Cost
     ids = list(samples)
     lengths = [int(samples[s]["tokens"]) for s in ids]
     acceptance = [pool_acceptance(run[s] for run in runs.values() if s in run) for s in ids]
-    out = ceilings(lengths, acceptance, cost, measured_autoregressive_s)
+    out = ceilings(lengths, acceptance, cost, measured_autoregressive_s, max_window=max_window)
+    out["max_window"] = max_window
     methods = sorted({m for acc in acceptance for m in acc})
     out["acceptance_from"] = sorted(mode for mode, run in runs.items()
                                     if any(v.get("per_method") for v in run.values()))

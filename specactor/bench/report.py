@@ -144,6 +144,7 @@ def _epochs_line(w: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
+    window = report.get("engine", {}).get("window", 8)
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
              f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {_epochs_line(w)}; "
@@ -157,7 +158,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"ceilings from the same run, simulated on the policy's cost model (profile: "
              f"{report.get('ceilings_profile', 'packaged')}) and calibrated so that simulated "
              "autoregressive takes the measured time (their (x) is against simulated autoregressive): "
-             "*oracle*, per sample and batch size the best drafting method and window 0-8 (0: none) at the "
+             f"*oracle*, per sample and batch size the best drafting method and window 0-{window} (0: none) at the "
              "acceptance that sample showed (pooled over every mode that drafted on it), paying the cost model's "
              "drafting time; *zero-cost drafter*, the same with free drafting; *perfect drafter*, free drafting "
              "with every token accepted. Each bound is at least the one before it (a stronger drafter can imitate "

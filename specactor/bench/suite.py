@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from specactor.bench.ceilings import from_samples
+from specactor.bench.ceilings import MAX_WINDOW, from_samples
 from specactor.bench.measure import RunRecord
 from specactor.bench.runners import Mode, Workload, run_mode, vllm_available
 from specactor.bench.update import PolicyUpdate
@@ -128,7 +128,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                                   for record in records)
         cost = ceiling_cost(opts.engine)  # after the runs: a specactor run measured or found this machine's
         report["ceilings_profile"] = profile_label(cost.source)
-        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens):
+        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens, opts.engine.window):
             report["ceilings"].append(epoch_ceilings)
             progress(f"T={temperature:g} epoch {epoch_ceilings['epoch'] + 1} ceilings (x vs autoregressive): "
                      f"oracle {epoch_ceilings['oracle']['speedup']:.2f}x, zero-cost "
@@ -224,9 +224,10 @@ def profile_label(source: str) -> str:
 
 
 def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
-                         max_tokens: int) -> list[dict[str, Any]]:
+                         max_tokens: int, max_window: int = MAX_WINDOW) -> list[dict[str, Any]]:
     """One temperature's ceilings per epoch, from the runs of every mode that covered the whole
-    workload (a subset run would leave samples without evidence)."""
+    workload (a subset run would leave samples without evidence), with windows up to the runs'
+    own (``max_window``): a bound held to a smaller window than the policy may use is no bound."""
     out = []
     for epoch, reference in enumerate(by_mode.get("autoregressive", [])):
         if not reference.samples or reference.makespan_s <= 0:
@@ -239,7 +240,7 @@ def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
                     "measured_autoregressive": {"makespan_s": reference.makespan_s, "phase1_s": phase1,
                                                 "phase2_s": phase2},
                     "tail_share": phase2 / reference.makespan_s,
-                    **from_samples(runs, cost, reference.makespan_s)})
+                    **from_samples(runs, cost, reference.makespan_s, max_window=max_window)})
     return out
 
 

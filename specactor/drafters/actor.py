@@ -21,7 +21,7 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
-from specactor.drafters.base import DraftState, Drafter, decoupled_lookahead
+from specactor.drafters.base import DEFAULT_WINDOW, DraftState, Drafter, decoupled_lookahead
 from specactor.drafters.registry import make_drafter
 from specactor.memory import release_freed_memory
 from specactor.weight_update import PendingUpdates
@@ -34,7 +34,7 @@ class DraftActor(Actor):
         method: str,
         verifier: str = "verifier",
         k: int = 4,
-        window: int = 8,
+        window: int = DEFAULT_WINDOW,
         model: str | None = None,
         threads: int | None = None,
         drafter_options: dict[str, Any] | None = None,

@@ -61,6 +61,13 @@ class DraftState:
         return False
 
 
+#: The most draft tokens one verify step checks for a request (the policy picks 0..this per request).
+#: 16, not 8: in the T=0 long-tail bench the tail is a few samples repeating themselves at ~100%
+#: acceptance, and 17 tokens a step there beat 9 (tail 11.4 s against 11.9 s in three interleaved
+#: pairs, bench/RESULTS.md); where acceptance is lower the policy's cost model picks less.
+DEFAULT_WINDOW = 16
+
+
 def decoupled_lookahead(window: int) -> int:
     """How far a decoupled drafter runs ahead of the last verdict when the verifier verifies up
     to ``window`` of its tokens a step: the step in flight takes ``window`` tokens and commits one

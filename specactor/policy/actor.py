@@ -16,12 +16,13 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
+from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
 
 
 class PolicyActor(Actor):
-    def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = 8,
+    def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = DEFAULT_WINDOW,
                  profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
                  stats_every: int = 8, plan_every: int = 4, **kwargs: Any) -> None:
         """``profile``: the cost profile's path (the coordinator passes this machine's, see

@@ -34,7 +34,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
 from specactor.config import BACKENDS, torch_dtype
-from specactor.drafters.base import decoupled_lookahead
+from specactor.drafters.base import DEFAULT_WINDOW, decoupled_lookahead
 from specactor.seeds import sample_seed
 from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
@@ -47,7 +47,7 @@ class VerifyActor(Actor):
         name: str,
         model: str | None = None,
         mode: str = "decoupled",
-        window: int = 8,
+        window: int = DEFAULT_WINDOW,
         max_batch: int = 32,
         max_len: int = 1024,
         threads: int | None = None,

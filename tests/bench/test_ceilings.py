@@ -150,6 +150,18 @@ def test_a_well_predicted_request_alone_gains_what_the_cost_model_says() -> None
     assert out["perfect"]["speedup"] == pytest.approx((best_w + 1) * roofline(1, 1) / roofline(1, 1 + best_w))
 
 
+def test_the_bounds_use_the_run_s_window_not_a_fixed_one() -> None:
+    """A run whose drafts may be 16 tokens long must be judged against bounds that may use 16: on
+    a memory-bound batch of 1 the perfect drafter then gains more than with windows up to 8."""
+    runs = {"autoregressive": {"a": {"tokens": 510, "finish_reason": "length", "verify_steps": 510}}}
+    narrow = from_samples(runs, cost_model(), measured_autoregressive_s=10.0, max_window=8)
+    wide = from_samples(runs, cost_model(), measured_autoregressive_s=10.0, max_window=16)
+    assert (narrow["max_window"], wide["max_window"]) == (8, 16)
+    best = {w: max(range(w + 1), key=lambda v: (v + 1) / roofline(1, 1 + v)) for w in (8, 16)}
+    assert best[16] > best[8]
+    assert wide["perfect"]["speedup"] > narrow["perfect"]["speedup"] * 1.1
+
+
 def test_expected_progress_of_a_choice_counts_steps_without_a_draft() -> None:
     assert Config("ngram", 4, 1.0, 0.5).progress == pytest.approx(1 + 0.5 * 4)
     assert Config("ngram", 4, 1.0, 0.5).fed == pytest.approx(3.0)
