@@ -182,25 +182,31 @@ class Actor:
         ctx: zmq.Context,
         supervisor_address: str | None = None,
         on_bound: Callable[[str], None] | None = None,
+        heartbeat: bool = True,
     ) -> None:
-        """Bind, announce, serve until stopped. Returns after a clean stop."""
+        """Bind, announce, serve until stopped. Returns after a clean stop.
+
+        ``heartbeat``: send the supervisor a heartbeat every ``heartbeat_s``; an actor in the
+        supervisor's own process passes False: its liveness is its task's, and a beat costs a
+        send and a receive on the cores the verifier computes on."""
         linger_ms = int(self.drain_timeout_s * 1000)
         self._mailbox = Mailbox(ctx, bind_address, self.hwm, linger_ms, self.max_message_bytes, self.spill_bytes)
         self.directory[self.name] = self._mailbox.address
         if on_bound is not None:
             on_bound(self._mailbox.address)
-        heartbeat: asyncio.Task[None] | None = None
+        beating: asyncio.Task[None] | None = None
         try:
             if supervisor_address is not None:
                 self.directory[SUPERVISOR] = supervisor_address
                 await self.send(SUPERVISOR, p.Ready(name=self.name, address=self.address, pid=os.getpid()))
-                heartbeat = asyncio.create_task(self._heartbeat())
+                if heartbeat:
+                    beating = asyncio.create_task(self._heartbeat())
             else:
                 await self._begin()
             await self._serve_until_stopped()
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
+            if beating is not None:
+                beating.cancel()
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
             self._mailbox.close()

@@ -186,7 +186,8 @@ class ActorSystem:
                 actor = _build_local(actor)
         if isinstance(actor, Actor):
             member.actor = actor
-            member.task = asyncio.create_task(actor.serve(bind, self._ctx, self.supervisor.address))
+            # in this process: its task says whether it lives, so it sends no heartbeats
+            member.task = asyncio.create_task(actor.serve(bind, self._ctx, self.supervisor.address, heartbeat=False))
             member.task.add_done_callback(lambda t, m=member: self._on_local_exit(m, t))
         else:
             member.process = await asyncio.create_subprocess_exec(

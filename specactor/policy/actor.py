@@ -94,13 +94,15 @@ class PolicyActor(Actor):
                 fon.remove_request(v.request_id)
                 self.current.pop(v.request_id, None)
         self.counters["steps"] += 1
-        if self.counters["steps"] % self.stats_every == 0:
+        # while every request is off (nothing drafts, nothing explores) a plan rarely changes and the
+        # drafters' timings hardly move: plan and ask 4x less often, so that where speculation cannot
+        # pay the policy costs next to nothing
+        slow = 4 if self._dormant else 1
+        if self.counters["steps"] % (self.stats_every * slow) == 0:
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
                     await self.send(f"draft-{method}", p.StatsRequest())
-        # while every request is off (nothing drafts, nothing explores) a plan rarely changes: plan
-        # 4x less often, so that where speculation cannot pay the policy costs next to nothing
-        every = self.plan_every * (4 if self._dormant else 1)
+        every = self.plan_every * slow
         if new or self.fon.replan_soon or self.counters["steps"] % every == 0:
             await self._replan(batch.batch_size, batch.step)
 

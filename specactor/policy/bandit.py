@@ -74,7 +74,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from specactor.policy.cost_model import CostModel, StepCosts, expected_progress, race_progress
+from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, progress_by_window, race_progress,
+                                         useful_window)
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
@@ -495,7 +496,7 @@ class FastestOfN:
         windows = [0] * n
         if n == 0:
             return windows, 0.0, 0.0
-        gains = [[q * (expected_progress(p, w) - 1.0) for w in range(top + 1)] for _, p, q in entries]
+        gains = [[q * (e - 1.0) for e in progress_by_window(p, top)] for _, p, q in entries]
         # drafting time matters only for methods whose drafting can outlast a verify step (decoupled)
         # or add more than 1% to it (coupled)
         share = 1.0 if self.decoupled else 0.01
@@ -527,14 +528,20 @@ class FastestOfN:
 
         plain = speed()
         order = sorted(range(n), key=lambda i: (-entries[i][1], -entries[i][2]))
+        useful = [useful_window(entries[i][1], top) for i in order]  # non-increasing along order
         best_speed, best_w, best_k = plain, 0, 0
         for w in range(1, top + 1):
-            for k, i in enumerate(order, 1):
+            # only requests whose w-th draft token has a real chance (see useful_window): the rest
+            # would pay w tokens for what a shorter window buys them, tried at that window
+            reach = sum(u >= w for u in useful)
+            if not reach:
+                break
+            for k, i in enumerate(order[:reach], 1):
                 setw(i, w)
                 s = speed()
                 if s > best_speed * (1 + 1e-12):
                     best_speed, best_w, best_k = s, w, k
-            for i in order:
+            for i in order[:reach]:
                 setw(i, 0)
         for i in order[:best_k]:
             setw(i, best_w)

@@ -49,6 +49,21 @@ from importlib import resources
 from pathlib import Path
 
 
+#: a draft token accepted with less probability than this buys next to nothing
+NEGLIGIBLE = 0.02
+
+
+def useful_window(p: float, max_window: int) -> int:
+    """The longest window (at most ``max_window``) whose last token is accepted with probability
+    at least NEGLIGIBLE (``p ** w``): tokens past it add to a step's cost and nearly nothing to its
+    progress, so a search for the best window stops there (at T=1, p ~ 0.3-0.5: 3-5 of 16)."""
+    if p >= 1.0:
+        return max_window
+    if p < NEGLIGIBLE:
+        return 0
+    return min(max_window, int(math.log(NEGLIGIBLE) / math.log(p)))
+
+
 def expected_progress(p: float, window: int) -> float:
     """Expected tokens committed per verify step: E[min(Geom, w)] + 1."""
     p = min(max(p, 0.0), 1.0)
@@ -57,6 +72,13 @@ def expected_progress(p: float, window: int) -> float:
     if p >= 1.0:
         return float(window + 1)
     return (1.0 - p ** (window + 1)) / (1.0 - p)
+
+
+def progress_by_window(p: float, max_window: int) -> list[float]:
+    """``expected_progress(p, w)`` for w = 0..max_window, in one pass (the policy's allocation
+    needs every window of every request at each plan)."""
+    p = min(max(p, 0.0), 1.0)
+    return list(accumulate((p ** j for j in range(1, max_window + 1)), initial=1.0))
 
 
 def race_progress(ps: list[float], window: int) -> float:
@@ -265,7 +287,7 @@ class StepCosts:
                     decoupled: bool) -> tuple[int, float]:
         """The window (0 = no speculation) maximising :meth:`tokens_per_s`, and that speed."""
         best = (0, self.tokens_per_s(p, 0, draft_per_token_s, draft_rate, decoupled))
-        for w in range(1, max_window + 1):
+        for w in range(1, useful_window(p, max_window) + 1):
             speed = self.tokens_per_s(p, w, draft_per_token_s, draft_rate, decoupled)
             if speed > best[1] * (1 + 1e-9):
                 best = (w, speed)

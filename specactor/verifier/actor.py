@@ -76,6 +76,7 @@ class VerifyActor(Actor):
         self.verifier: Verifier | None = None
         self.reply_to: dict[str, str] = {}
         self.drafters: dict[str, list[str]] = {}  # request id -> drafter actors tracking it
+        self._lookahead: dict[str, int] = {}  # request id -> how far ahead its drafters were told to draft
         self.assignments: dict[str, p.Assignment] = {}  # request id ("*": default) -> its assignment
         # assigned requests still waiting for a slot: their drafters are told to Track them once they
         # run, so a drafter holds state (a model drafter: a KV-cache slot) only for running requests
@@ -94,6 +95,7 @@ class VerifyActor(Actor):
         self._finished_ids: OrderedDict[str, None] = OrderedDict()  # the last FINISHED_IDS to finish
         self._steps_since_trim = 0
         self._policy_forget: list[str] = []  # finished in a VerdictBatch the policy's full inbox dropped
+        self._policy_held: list[p.VerdictBatch] = []  # quiet steps' verdicts, sent to the policy together
         # committed tokens go to each request's reply_to every progress_every_s (p.Progress), so that a
         # restarted verifier resumes requests where this one left them, instead of from their prompts
         self.progress_every_s = progress_every_s
@@ -322,15 +324,22 @@ class VerifyActor(Actor):
                   if f"draft-{m}" in self.directory and f"draft-{m}" not in self.dead_peers]
         old = self.drafters.get(request_id, [])
         old_mode = p.DraftMode.COUPLED if request_id in self.coupled else p.DraftMode.DECOUPLED
-        # A decoupled drafter must run further ahead than one step verifies, or its
-        # drafts are overtaken by the verifier's own token: give it the full lookahead.
+        # A decoupled drafter must run further ahead than one step verifies, or its drafts are
+        # overtaken by the verifier's own token: give it the full lookahead (the longest window, so
+        # that the policy's window changes need no new Track). Not to a request that is only
+        # shadow-scored (window 0): a step checks one of its tokens, and at T=1 a 33-token
+        # lookahead was thrown away after ~2 steps and drafted again, 1.7 s of the caller's CPU
+        # in a 65 s rollout (issue 13's floor); it gets a step's worth.
         lookahead = (max(msg.window, 1) if mode == p.DraftMode.COUPLED
+                     else decoupled_lookahead(1) if msg.window == 0
                      else decoupled_lookahead(max(self.window, msg.window, 1)))
+        retrack = mode != old_mode or lookahead != self._lookahead.get(request_id, lookahead)
+        self._lookahead[request_id] = lookahead
         for drafter in old:
-            if drafter not in wanted or mode != old_mode:
+            if drafter not in wanted or retrack:
                 await self.send(drafter, p.Untrack(request_id=request_id))
         for drafter in wanted:
-            if drafter not in old or mode != old_mode:
+            if drafter not in old or retrack:
                 await self.send(drafter, p.Track(
                     request_id=request_id, context_ids=seq.prompt_ids + seq.output_ids,
                     prompt_len=len(seq.prompt_ids), window=lookahead, mode=mode, seed=seq.seed,
@@ -430,15 +439,8 @@ class VerifyActor(Actor):
             await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
                                                     batch_size=report.batch_size))
         if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
-            # advisory: a policy whose loop stops reading (it lives in the caller's process) must not
-            # stall verification; it plans on the next batch that gets through
-            if not await self.send(self.policy, p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
-                                                               batch_size=report.batch_size), timeout_s=0):
-                self.stats["dropped_to_policy"] += 1  # what finished in it must still be forgotten there:
-                self._policy_forget.extend(v.request_id for v in report.verdicts if v.finished)
-            while self._policy_forget and await self.send(
-                    self.policy, p.Untrack(request_id=self._policy_forget[0]), timeout_s=0):
-                self._policy_forget.pop(0)
+            await self._to_policy(p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
+                                                 batch_size=report.batch_size))
         for seq in report.finished:
             await self._result(seq)
         done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)] \
@@ -449,6 +451,30 @@ class VerifyActor(Actor):
                 if learner in self.directory and learner not in self.dead_peers:
                     await self.send(learner, rollouts)
 
+    def _quiet(self, batch: p.VerdictBatch) -> bool:
+        """A step the policy learns nothing urgent from: no request drafts or is scored, none
+        arrived (its prefill) or finished. While speculation does not pay, nearly every step is
+        quiet, and a message a step wakes the policy's process, whose CPU comes from the cores
+        the verifier computes on (2-4% of the makespan on 2 cores, issue 13's floor)."""
+        return not any(v.drafted or v.scores or v.finished or v.start == 0 or self.drafters.get(v.request_id)
+                       for v in batch.verdicts)
+
+    async def _to_policy(self, batch: p.VerdictBatch) -> None:
+        """Every step's verdicts reach the policy in order; quiet ones up to POLICY_QUIET_STEPS at a
+        time. Advisory: a policy whose loop stops reading (it lives in the caller's process) must
+        not stall verification; it plans on the next batch that gets through."""
+        self._policy_held.append(batch)
+        if self._quiet(batch) and len(self._policy_held) < POLICY_QUIET_STEPS:
+            return
+        held, self._policy_held = self._policy_held, []
+        for one in held:
+            if not await self.send(self.policy, one, timeout_s=0):
+                self.stats["dropped_to_policy"] += 1  # what finished in it must still be forgotten there:
+                self._policy_forget.extend(v.request_id for v in one.verdicts if v.finished)
+        while self._policy_forget and await self.send(
+                self.policy, p.Untrack(request_id=self._policy_forget[0]), timeout_s=0):
+            self._policy_forget.pop(0)
+
     async def _result(self, seq: Sequence, error: str = "") -> None:
         reply_to = self.reply_to.pop(seq.request_id, None)
         self._reported.pop(seq.request_id, None)
@@ -456,6 +482,7 @@ class VerifyActor(Actor):
         while len(self._finished_ids) > FINISHED_IDS:
             self._finished_ids.popitem(last=False)
         drafters = self.drafters.pop(seq.request_id, [])
+        self._lookahead.pop(seq.request_id, None)
         self.assignments.pop(seq.request_id, None)
         self._not_running.pop(seq.request_id, None)
         self.coupled.discard(seq.request_id)
@@ -488,6 +515,9 @@ def _eos_token_ids(folder: Any, config_eos: Any) -> set[int]:
         eos.add(tok_eos)
     return eos
 
+
+#: quiet steps (see VerifyActor._quiet) whose verdicts the policy gets in one burst
+POLICY_QUIET_STEPS = 8
 
 #: finished request ids remembered, to drop the policy's late assignments for them
 FINISHED_IDS = 4096

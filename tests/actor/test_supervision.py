@@ -86,3 +86,16 @@ async def test_local_actor_crash_is_reported(events_file) -> None:
         down = await _next_peer_down(owner, 10)
         assert down.name == "fragile" and "boom" in down.reason
     assert any(e["event"] == "system.actor_crashed" and e["name"] == "fragile" for e in events_file())
+
+
+async def test_only_child_processes_send_heartbeats() -> None:
+    """The watchdog judges child processes by their heartbeats; an actor in the supervisor's own
+    process lives or dies with its task, so its beats would only take CPU from the verifier."""
+    async with ActorSystem("ipc", heartbeat_s=0.05, hung_after_s=5.0, max_restarts=0) as system:
+        await system.spawn(Collector("local"))
+        await system.spawn(ActorSpec(name="child", cls="specactor.actor.probes:Echo", kwargs={"heartbeat_s": 0.05}))
+        local, child = system._members["local"], system._members["child"]
+        local_since, child_since = local.last_heartbeat, child.last_heartbeat
+        await asyncio.sleep(0.5)
+        assert child.last_heartbeat > child_since
+        assert local.last_heartbeat == local_since

@@ -7,7 +7,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from specactor.policy.cost_model import CostModel, expected_progress, race_progress
+from specactor.policy.cost_model import (NEGLIGIBLE, CostModel, expected_progress, progress_by_window, race_progress,
+                                         useful_window)
 
 
 @given(st.floats(0, 1), st.integers(0, 16))
@@ -15,6 +16,27 @@ def test_expected_progress_matches_the_truncated_geometric_law(p: float, w: int)
     direct = 1 + sum(p ** a * (1 - p) * a for a in range(w)) + p ** w * w
     assert expected_progress(p, w) == pytest.approx(direct, rel=1e-9, abs=1e-9)
     assert 1.0 <= expected_progress(p, w) <= w + 1
+
+
+@given(st.floats(0, 1), st.integers(0, 32))
+def test_progress_by_window_is_expected_progress_for_every_window(p: float, top: int) -> None:
+    assert progress_by_window(p, top) == pytest.approx([expected_progress(p, w) for w in range(top + 1)], rel=1e-9)
+
+
+@given(st.floats(0, 1), st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([1, 3, 9, 17, 32]),
+       st.floats(0, 5e-3), st.floats(0.05, 1), st.booleans())
+def test_the_window_search_stops_where_tokens_buy_nothing_and_loses_nothing_by_it(
+        p: float, batch: int, top: int, draft_s: float, rate: float, decoupled: bool) -> None:
+    """best_window tries windows up to useful_window(p) only (the plan's cost at window 16 and
+    T=1 acceptance): the speed it finds is within 1% of trying every window."""
+    useful = useful_window(p, top)
+    assert 0 <= useful <= top
+    assert useful == top or p ** (useful + 1) < NEGLIGIBLE
+    assert useful == 0 or p ** useful >= NEGLIGIBLE
+    steps = CostModel.from_profile().at_batch(batch)
+    _, found = steps.best_window(p, draft_s, rate, top, decoupled)
+    exhaustive = max(steps.tokens_per_s(p, w, draft_s, rate, decoupled) for w in range(top + 1))
+    assert found >= 0.99 * exhaustive
 
 
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=4), st.integers(1, 8))

@@ -1,0 +1,127 @@
+"""VerifyActor's verdicts to the policy: every step's, in order; quiet steps together."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from specactor import protocol as p
+from specactor.actor import ActorSystem
+from specactor.actor.probes import Collector
+from specactor.drafters.actor import DraftActor
+from specactor.verifier.actor import POLICY_QUIET_STEPS, VerifyActor
+
+
+class _RecordingVerifier(VerifyActor):
+    """Notes, for every VerdictBatch it sends the policy, how many steps it had made by then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent_at: list[tuple[int, int]] = []  # (the batch's step, steps made when it was sent)
+
+    async def send(self, peer: str, msg: p._Msg, **kwargs: Any) -> bool:
+        if peer == self.policy and isinstance(msg, p.VerdictBatch):
+            self.sent_at.append((msg.step, int(self.stats["steps"])))
+        return await super().send(peer, msg, **kwargs)
+
+
+async def _rollout(tiny_checkpoint, assignment: p.Assignment | None) -> tuple[
+        _RecordingVerifier, list[p.VerdictBatch], dict[str, p.RequestResult]]:
+    async with ActorSystem("inproc") as system:
+        policy, client = Collector("policy"), Collector("client")
+        await system.spawn(policy)
+        await system.spawn(client)
+        if assignment is not None:
+            await system.spawn(DraftActor("draft-ngram", "ngram", verifier="verifier"))
+        verifier = _RecordingVerifier("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=4,
+                                      max_len=256)
+        await system.spawn(verifier)
+        if assignment is not None:
+            await policy.send("verifier", p.AssignmentBatch(assignments=[assignment]))
+        params = p.SamplingParams(temperature=1.0, max_tokens=60, seed=5)
+        for i in range(2):
+            await client.send("verifier", p.GenerateRequest(request_id=f"r{i}", prompt_ids=[1, 5, 9, 13 + i] * 3,
+                                                            params=params, reply_to="client"))
+        results: dict[str, p.RequestResult] = {}
+        while len(results) < 2:
+            _, msg = await asyncio.wait_for(client.received.get(), 60)
+            if isinstance(msg, p.RequestResult):
+                results[msg.request_id] = msg
+        batches: list[p.VerdictBatch] = []
+        while True:
+            try:
+                _, msg = await asyncio.wait_for(policy.received.get(), 0.5)
+            except asyncio.TimeoutError:
+                break
+            if isinstance(msg, p.VerdictBatch):
+                batches.append(msg)
+    return verifier, batches, results
+
+
+def _assert_every_step_in_order(verifier: _RecordingVerifier, batches: list[p.VerdictBatch],
+                                results: dict[str, p.RequestResult]) -> None:
+    assert [b.step for b in batches] == list(range(1, int(verifier.stats["steps"]) + 1))
+    for rid, result in results.items():
+        verdicts = [v for b in batches for v in b.verdicts if v.request_id == rid]
+        assert [t for v in verdicts for t in v.tokens] == result.token_ids
+        assert verdicts[-1].finished and not any(v.finished for v in verdicts[:-1])
+
+
+async def test_quiet_steps_reach_the_policy_together_and_every_step_arrives_in_order(tiny_checkpoint) -> None:
+    """Nothing drafts: the policy learns nothing urgent from a step, and a message a step would
+    wake its process (the caller's) on the verifier's cores every step."""
+    verifier, batches, results = await _rollout(tiny_checkpoint, assignment=None)
+    _assert_every_step_in_order(verifier, batches, results)
+    steps = int(verifier.stats["steps"])
+    assert steps >= 3 * POLICY_QUIET_STEPS
+    sends = {made for _, made in verifier.sent_at}
+    # the prefill step and the finishing steps go at once; the rest wait for POLICY_QUIET_STEPS of them
+    assert len(sends) <= steps // POLICY_QUIET_STEPS + 4
+    assert all(made - step < POLICY_QUIET_STEPS for step, made in verifier.sent_at)
+
+
+async def test_while_a_request_drafts_the_policy_gets_every_step_at_once(tiny_checkpoint) -> None:
+    verifier, batches, results = await _rollout(tiny_checkpoint, p.Assignment(
+        request_id="*", methods=["ngram"], window=4, mode=p.DraftMode.DECOUPLED))
+    _assert_every_step_in_order(verifier, batches, results)
+    assert all(made == step for step, made in verifier.sent_at)
+
+
+async def test_a_shadow_scored_request_is_drafted_a_step_ahead_and_a_speculating_one_the_full_lookahead(
+        tiny_checkpoint) -> None:
+    """Window 0 (the policy scores a free method's drafts for a request it keeps off): a step
+    checks one drafted token, so a long lookahead would mostly be thrown away and drafted again."""
+    from specactor.drafters.base import decoupled_lookahead
+
+    async with ActorSystem("inproc") as system:
+        policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
+        for actor in (policy, client, drafter):
+            await system.spawn(actor)
+        await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", window=16,
+                                       max_batch=2, max_len=512))
+
+        async def tracked() -> list[p.Message]:
+            out = []
+            while not out or not isinstance(out[-1], p.Track):
+                _, msg = await asyncio.wait_for(drafter.received.get(), 30)
+                if isinstance(msg, (p.Track, p.Untrack)):
+                    out.append(msg)
+            return out
+
+        def assign(rid: str, window: int) -> p.AssignmentBatch:
+            return p.AssignmentBatch(assignments=[p.Assignment(request_id=rid, methods=["ngram"], window=window,
+                                                               mode=p.DraftMode.DECOUPLED)])
+
+        await policy.send("verifier", assign("*", 0))
+        await client.send("verifier", p.GenerateRequest(
+            request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=400, seed=1),
+            reply_to="client"))
+        first = await tracked()
+        assert [type(m) for m in first] == [p.Track] and first[0].window == decoupled_lookahead(1)
+        await policy.send("verifier", assign("r", 4))
+        on = await tracked()
+        assert [type(m) for m in on] == [p.Untrack, p.Track] and on[1].window == decoupled_lookahead(16)
+        assert len(on[1].context_ids) > len(first[0].context_ids)  # from what is committed by then
+        await policy.send("verifier", assign("r", 0))
+        off = await tracked()
+        assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == decoupled_lookahead(1)
