@@ -112,7 +112,8 @@ async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict
     backend = "vllm" if mode.startswith("vllm") else "torch"
     speculative = mode.endswith("specactor")
     config = EngineConfig(backend=backend, mode="specactor" if speculative else "autoregressive",
-                          drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024)
+                          drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024,
+                          window=args.window)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=7, n=args.n)
     ids = [f"p{i}" for i in range(len(prompts))]
     async with RolloutEngine(config) as engine:
@@ -159,7 +160,7 @@ def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
                     "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
                     "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
-                                 "temperature": args.temperature},
+                                 "temperature": args.temperature, "window": args.window},
                     "runs": repeats[0] if len(repeats) == 1 else _medians(repeats)}
     if len(repeats) > 1:
         report["repeats"] = repeats
@@ -175,6 +176,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--repeats", type=int, default=1, help="run every mode this many times, interleaved")
+    parser.add_argument("--window", type=int, default=None,
+                        help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
     parser.add_argument("--out", default="bench/results/vllm_backend.json")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a stock-vLLM run, in its own process
     args = parser.parse_args()

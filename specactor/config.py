@@ -23,6 +23,11 @@ MODES = ("autoregressive", "coupled", "specactor")
 BACKENDS = ("torch", "vllm")  # the verifier's engine: specactor's own, or vLLM (specactor.vllm_backend)
 DTYPES = ("float32", "bfloat16")
 PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
+#: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: at batch 64 x 128
+#: tokens, T=0, the policy drafted ~1,000 tokens at window 16 in two of three runs (83% accepted)
+#: and ran 0.94-1.02x the keyed run beside it (median 0.955x stock vLLM), where window 8 drafted 25
+#: and ran 1.05x (bench/RESULTS.md, session 10).
+VLLM_WINDOW = 8
 
 
 @dataclass
@@ -32,8 +37,9 @@ class EngineConfig:
     drafters: list[str] = field(default_factory=lambda: ["ngram"])
     k: int = 4  # draft length per proposal (coupled: per verify step)
     #: the most draft tokens a verify step checks per request (the policy picks 0..window; a decoupled
-    #: drafter runs up to 2 * window + 1 tokens ahead of the last verdict)
-    window: int = DEFAULT_WINDOW
+    #: drafter runs up to 2 * window + 1 tokens ahead of the last verdict); None: the backend's
+    #: default, see :attr:`max_window`
+    window: int | None = None
     max_batch: int = 32
     max_len: int = 1024
     #: samples accepted but not finished, at most (beyond max_batch they queue; beyond this a call is
@@ -67,6 +73,14 @@ class EngineConfig:
     #: policy feed it; needs `bash scripts/setup.sh --vllm`; one candidate verified a step, so no racing)
     backend: str = "torch"
 
+    @property
+    def max_window(self) -> int:
+        """``window``, or the backend's default: DEFAULT_WINDOW (16) on our engine, VLLM_WINDOW (8)
+        on vLLM, whose longer windows were measured only where they cost (batch 64)."""
+        if self.window is not None:
+            return self.window
+        return VLLM_WINDOW if self.backend == "vllm" else DEFAULT_WINDOW
+
     def check(self) -> None:
         """Raise ValueError naming the first setting that cannot work."""
         if self.mode not in MODES:
@@ -76,8 +90,8 @@ class EngineConfig:
             raise ValueError(f"unknown drafting method {unknown[0]!r}: choose from {', '.join(METHODS)}")
         if self.mode != "autoregressive" and not self.drafters:
             raise ValueError(f"mode {self.mode} needs at least one drafter")
-        if not 1 <= self.k <= self.window:
-            raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.window})")
+        if not 1 <= self.k <= self.max_window:
+            raise ValueError(f"need 1 <= k <= window (got k={self.k}, window={self.max_window})")
         if self.max_batch < 1 or self.max_len < 2:
             raise ValueError(f"need max_batch >= 1 and max_len >= 2 (got {self.max_batch}, {self.max_len})")
         if self.max_restarts < 0:

@@ -130,7 +130,7 @@ class Coordinator(Actor):
                                                      window=cfg.k, mode=p.DraftMode.COUPLED, reason="static"))
         elif cfg.mode == "specactor" and not cfg.policy:
             await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
-                                                     window=cfg.window, mode=p.DraftMode.DECOUPLED, reason="static"))
+                                                     window=cfg.max_window, mode=p.DraftMode.DECOUPLED, reason="static"))
         if not await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids,
                                                              params=params, reply_to=self.name, progress=True,
                                                              resume_ids=resume_ids, resume_logprobs=resume_logprobs)):
@@ -296,7 +296,7 @@ class RolloutEngine:
         await self.system.start()
         await self.system.spawn(self.coordinator)
         use_policy = cfg.mode == "specactor" and cfg.policy
-        verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.window,
+        verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.max_window,
                            "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
                            "progress_every_s": cfg.progress_every_s,
@@ -309,15 +309,15 @@ class RolloutEngine:
             # process of its own sets torch's thread count: it is global to the process, and the
             # caller's (an RL loop training in this process) must stay as it is.
             own_process = cfg.processes and method in MODEL_METHODS
-            kwargs = {"method": method, "k": cfg.k, "window": cfg.window, "model": cfg.model,
+            kwargs = {"method": method, "k": cfg.k, "window": cfg.max_window, "model": cfg.model,
                       "threads": cfg.drafter_threads if own_process else None}
             if method in MODEL_METHODS:  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
-                                             "max_len": cfg.max_len + cfg.window}
+                                             "max_len": cfg.max_len + cfg.max_window}
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
-                              {"methods": cfg.active_drafters, "max_window": cfg.window,
+                              {"methods": cfg.active_drafters, "max_window": cfg.max_window,
                                "profile": await self._policy_profile(),
                                # vLLM verifies one candidate a step, not a token tree: nothing to race
                                "racing": cfg.racing and cfg.backend == "torch"}, False)

@@ -43,7 +43,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     group.add_argument("--window", type=positive_int, default=EngineConfig.window,
                        help="the most draft tokens a verify step checks per request: the policy picks 0 to this "
                             "for each request from its acceptance and the cost profile (a decoupled drafter runs "
-                            "up to 2 x window + 1 tokens ahead of the last verdict)")
+                            "up to 2 x window + 1 tokens ahead of the last verdict); default: 16 on the torch "
+                            "backend, 8 on vllm")
     group.add_argument("--max-batch", type=positive_int, default=32, help="requests decoded together")
     if "max_len" not in without:
         group.add_argument("--max-len", type=positive_int, default=1024,

@@ -8,8 +8,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from specactor.config import EngineConfig
 
 
 def _cli(args: list[str], cache: Path) -> subprocess.CompletedProcess[str]:
@@ -131,9 +135,9 @@ def test_rollout_never_loads_the_model_in_its_own_process(tmp_path: Path, tiny_c
     assert summary["samples"] == 1 and summary["output_tokens"] >= 1
 
 
-@pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
-def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkeypatch) -> None:
-    """Through each command's own handler, with the run itself replaced by a recorder."""
+def _engine_config_of(command: str, args: list[str], monkeypatch) -> EngineConfig:
+    """The EngineConfig that ``specactor COMMAND ARGS`` hands its run, through the command's own
+    handler, with the run itself replaced by a recorder."""
     import specactor.bench.suite
     import specactor.rollout
     import specactor.server.serve
@@ -143,6 +147,15 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
     monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
     monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
     monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
+    with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
+        main([command, *args])
+    (config,) = seen
+    return config
+
+
+@pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
+def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkeypatch) -> None:
+    """Through each command's own handler, with the run itself replaced by a recorder."""
     from specactor.vllm_backend import require_vllm
 
     try:
@@ -154,9 +167,7 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
     if command != "bench":
         flags += ["--mode", "coupled", "--drafters", "suffix", "--seed", "5"]
     required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": ["--max-len", "300"], "bench": []}[command]
-    with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
-        main([command, *required, *flags])
-    (config,) = seen
+    config = _engine_config_of(command, [*required, *flags], monkeypatch)
     assert (config.model, config.verifier_threads, config.dtype, config.device, config.k, config.window,
             config.max_batch, config.racing, config.backend) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False, backend)
     if command != "bench":
@@ -239,21 +250,26 @@ def test_resume_generates_only_the_missing_samples_and_they_are_the_same(tmp_pat
 @pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
 def test_a_command_without_engine_flags_gets_the_api_s_defaults(command: str, monkeypatch) -> None:
     """The command line and the Python API must decode alike: a flag's default is EngineConfig's."""
-    import specactor.bench.suite
-    import specactor.rollout
-    import specactor.server.serve
-    from specactor.cli import main
-
-    seen = []
-    monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
-    monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
-    monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
     required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": [], "bench": []}[command]
-    with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
-        main([command, *required])
-    (config,) = seen
+    config = _engine_config_of(command, required, monkeypatch)
     from specactor.config import EngineConfig
 
     api = EngineConfig()
-    assert (config.k, config.window, config.max_batch, config.racing, config.backend) == (
-        api.k, api.window, api.max_batch, api.racing, api.backend)
+    assert (config.k, config.window, config.max_window, config.max_batch, config.racing, config.backend) == (
+        api.k, api.window, api.max_window, api.max_batch, api.racing, api.backend)
+
+
+def test_the_window_defaults_to_the_backend_s_and_a_given_one_is_kept() -> None:
+    """16 on our engine, 8 on vLLM (measured: longer windows cost there at batch 64); resolved
+    when read, so a config copied with another backend gets that backend's."""
+    from dataclasses import replace
+
+    from specactor.config import VLLM_WINDOW, EngineConfig
+    from specactor.drafters.base import DEFAULT_WINDOW
+
+    assert EngineConfig().max_window == DEFAULT_WINDOW == 16
+    assert EngineConfig(backend="vllm").max_window == VLLM_WINDOW == 8
+    assert replace(EngineConfig(), backend="vllm").max_window == VLLM_WINDOW
+    assert EngineConfig(backend="vllm", window=12).max_window == 12 and EngineConfig(window=3).max_window == 3
+    with pytest.raises(ValueError, match="k <= window"):
+        EngineConfig(backend="vllm", k=9).check()

@@ -108,7 +108,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
         "engine": {"model": opts.engine.model or "smollm2-135m", "device": opts.engine.device,
                    "dtype": opts.engine.dtype, "verifier_threads": opts.engine.verifier_threads,
-                   "k": opts.engine.k, "window": opts.engine.window},
+                   "k": opts.engine.k, "window": opts.engine.max_window},
         "workload": {"prompts": opts.prompts, "n": opts.n, "max_tokens": opts.max_tokens, "epochs": opts.epochs,
                      "other_epochs": min(opts.other_epochs, opts.epochs),
                      "temperatures": list(opts.temperatures), "repeats": opts.repeats},
@@ -128,7 +128,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                                   for record in records)
         cost = ceiling_cost(opts.engine)  # after the runs: a specactor run measured or found this machine's
         report["ceilings_profile"] = profile_label(cost.source)
-        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens, opts.engine.window):
+        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens, opts.engine.max_window):
             report["ceilings"].append(epoch_ceilings)
             progress(f"T={temperature:g} epoch {epoch_ceilings['epoch'] + 1} ceilings (x vs autoregressive): "
                      f"oracle {epoch_ceilings['oracle']['speedup']:.2f}x, zero-cost "
