@@ -23,10 +23,11 @@ MODES = ("autoregressive", "coupled", "specactor")
 BACKENDS = ("torch", "vllm")  # the verifier's engine: specactor's own, or vLLM (specactor.vllm_backend)
 DTYPES = ("float32", "bfloat16")
 PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
-#: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: at batch 64 x 128
-#: tokens, T=0, the policy drafted ~1,000 tokens at window 16 in two of three runs (83% accepted)
-#: and ran 0.94-1.02x the keyed run beside it (median 0.955x stock vLLM), where window 8 drafted 25
-#: and ran 1.05x (bench/RESULTS.md, session 10).
+#: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: vLLM's long-tail
+#: figures were measured at 8, and at batch 64 x 128 tokens, T=0, the policy drafted ~1,000 tokens
+#: at window 16 in two of three runs (median 0.955x stock vLLM) against a few dozen at 8 (median
+#: 0.987x stock; both ~0.94x the keyed run, so drafting was not that gap's cause; bench/RESULTS.md,
+#: session 10).
 VLLM_WINDOW = 8
 
 
