@@ -6,6 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from specactor.bench.ceilings import MAX_WINDOW
+
 
 def _by_mode(report: dict[str, Any], temperature: float) -> dict[str, list[dict]]:
     rows: dict[str, list[dict]] = defaultdict(list)
@@ -144,7 +146,7 @@ def _epochs_line(w: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
-    window = report.get("engine", {}).get("window", 8)
+    window = report.get("engine", {}).get("window", MAX_WINDOW)  # reports from before the window was recorded
     lines = [f"# specactor bench ({report['date']}, {report['machine']})", "",
              f"Command: `{report['command']}`. Workload: {w['prompts']} HumanEval prompts x {w['n']} samples, "
              f"each as long as the model's EOS makes it up to {w['max_tokens']} tokens, {_epochs_line(w)}; "
