@@ -17,10 +17,13 @@ def _events_catalogue(args: argparse.Namespace) -> int:
 
 
 def _events_summarize(args: argparse.Namespace) -> int:
-    from specactor.event_log import format_summary, read_events, summarize
+    from specactor.event_log import at_version, format_summary, read_events, summarize
 
     try:
-        print(format_summary(summarize(read_events(args.events_file))))
+        events = read_events(args.events_file)
+        if args.version is not None:
+            events = at_version(events, args.version)
+        print(format_summary(summarize(events)))
     except (OSError, ValueError) as exc:
         print(f"specactor events summarize: {exc}", file=sys.stderr)
         return 2
@@ -235,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
         "summarize", help="per method: drafts, acceptance, accepted length, share of tokens; per actor: busy and "
                           "idle time; the tail; the policy's decisions")
     summarize.add_argument("events_file", metavar="EVENTS.jsonl")
+    summarize.add_argument("--version", type=int, default=None, metavar="K",
+                           help="only the rollout on policy version K (one RL step: from the verifier's switch "
+                                "to version K to its next weight update; 0 = before the first)")
     summarize.set_defaults(func=_events_summarize)
     plot = events_commands.add_parser(
         "plot", help="batch size and tokens/s over time, acceptance per method, per-request lanes by drafter")

@@ -2,8 +2,11 @@
 
 ``specactor events summarize EVENTS.jsonl`` prints, per drafting method, the
 drafts, tokens drafted and accepted, mean accepted length and share of the
-committed tokens; per actor, busy and idle time; the tail (after 90% of the
-requests finished); and what the policy decided. ``specactor events plot``
+committed tokens; per actor, busy and idle time; the verifier's steps by batch
+size (median forward time, tokens drafted and committed a step: two runs of the
+same work compare at equal batch, so a slower run shows whether its drafts or
+its forwards cost); the tail (after 90% of the requests finished); and what the
+policy decided. ``specactor events plot``
 draws batch size and tokens/s over time, acceptance per method over the
 rollout, and one lane per request coloured by its assigned drafter.
 """
@@ -11,6 +14,7 @@ rollout, and one lane per request coloured by its assigned drafter.
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,23 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
+def at_version(events: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
+    """The events of one RL step: from the verifier's switch to policy version ``version``
+    (its ``verify.weights`` event; version 0: the start) to its next switch. An error names
+    the versions the log holds if it has none at ``version``."""
+    current, kept, seen = 0, [], [0]
+    for event in events:
+        if event["event"] == "verify.weights" and event.get("ok", True):
+            current = int(event.get("version", current))
+            seen.append(current)
+        if current == version:
+            kept.append(event)
+    if not kept:
+        raise ValueError(f"no events at policy version {version}; the log has versions "
+                         f"{', '.join(map(str, sorted(set(seen))))}")
+    return kept
+
+
 @dataclass
 class MethodSummary:
     drafts: int = 0  # request-drafts produced by the method's DraftActor
@@ -51,6 +72,23 @@ class MethodSummary:
 
 
 @dataclass
+class BatchSteps:
+    """The verify steps that ran at one batch size."""
+
+    forward_ms: list[float] = field(default_factory=list)
+    drafted: int = 0
+    committed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.forward_ms)
+
+    @property
+    def median_forward_ms(self) -> float:
+        return statistics.median(self.forward_ms) if self.forward_ms else 0.0
+
+
+@dataclass
 class Summary:
     span_s: float
     requests: int
@@ -62,6 +100,7 @@ class Summary:
     head_tokens_per_s: float
     policy: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)
+    by_batch: dict[int, BatchSteps] = field(default_factory=dict)  # verify steps by batch size
 
 
 def summarize(events: list[dict[str, Any]]) -> Summary:
@@ -70,6 +109,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     busy: dict[str, float] = defaultdict(float)
     policy: Counter = Counter()
     reasons: Counter = Counter()
+    by_batch: dict[int, BatchSteps] = defaultdict(BatchSteps)
     finished = [e for e in events if e["event"] == "request.finished"]
     steps = [e for e in events if e["event"] in ("verify.step", "engine.step")]
     for e in events:
@@ -81,6 +121,10 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             busy[e.get("actor", "?")] += float(e.get("draft_ms", 0)) / 1000
         elif name == "verify.step":
             busy[e.get("actor", "verifier")] += float(e.get("step_ms", e.get("forward_ms", 0))) / 1000
+            at = by_batch[int(e.get("batch_size", 0))]
+            at.forward_ms.append(float(e.get("forward_ms", e.get("step_ms", 0))))
+            at.drafted += int(e.get("drafted", 0))
+            at.committed += int(e.get("new_tokens", 0))
             for method, counts in (e.get("methods") or {}).items():
                 m = methods[method]
                 m.drafted += int(counts[0])
@@ -104,7 +148,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         head_rate = head / max(cut - start, 1e-9)
         tail_rate = tail / max(tail_s, 1e-9) if tail_s else 0.0
     return Summary(end - start, len(finished), tokens, dict(methods), dict(busy), tail_s, tail_rate, head_rate,
-                   policy, reasons)
+                   policy, reasons, dict(sorted(by_batch.items())))
 
 
 def format_summary(s: Summary) -> str:
@@ -124,6 +168,12 @@ def format_summary(s: Summary) -> str:
     for actor, seconds in sorted(s.busy_s.items()):
         lines.append(f"| {actor} | {seconds:.2f} s ({seconds / max(s.span_s, 1e-9):.0%}) | "
                      f"{max(s.span_s - seconds, 0):.2f} s |")
+    if s.by_batch:
+        lines += ["", "| batch | verify steps | forward, median | drafted a step | committed a step |",
+                  "|---|---|---|---|---|"]
+        for batch, at in s.by_batch.items():  # batch 0: a first step, counted before its prompts joined
+            lines.append(f"| {batch} | {at.steps} | {at.median_forward_ms:.1f} ms | {at.drafted / at.steps:.2f} | "
+                         f"{at.committed / at.steps:.2f} |")
     lines += ["", f"tail (after 90% of requests finished): {s.tail_s:.2f} s, "
                   f"{s.tail_tokens_per_s:.1f} tokens/s against {s.head_tokens_per_s:.1f} before"]
     if s.policy:

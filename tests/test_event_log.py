@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from specactor.coordinator import EngineConfig, RolloutEngine
-from specactor.event_log import read_events, summarize
+from specactor.event_log import at_version, format_summary, read_events, summarize
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
@@ -55,6 +55,29 @@ def test_summary_counts_match_the_results(run_log) -> None:
     assert accepted == sum(r.stats.accepted for r in results)
     assert drafted >= accepted > 0
     assert "verifier" in summary.busy_s and 0 < summary.busy_s["verifier"] <= summary.span_s
+    steps = [e for e in read_events(path) if e["event"] == "verify.step"]
+    assert sum(at.steps for at in summary.by_batch.values()) == len(steps)
+    assert sum(at.committed for at in summary.by_batch.values()) == summary.tokens
+    assert sum(at.drafted for at in summary.by_batch.values()) == drafted
+    assert max(summary.by_batch) <= 6  # the engine's max_batch
+
+
+def test_steps_by_batch_size_give_the_median_forward_and_per_step_tokens() -> None:
+    """Two runs of the same work compare at equal batch size: the table must put each step under
+    its own batch, with the median (not the mean: one slow step must not move it)."""
+    def step(ts: float, batch: int, forward_ms: float, drafted: int, new: int) -> dict:
+        return {"event": "verify.step", "ts": ts, "batch_size": batch, "forward_ms": forward_ms,
+                "step_ms": forward_ms + 1, "drafted": drafted, "new_tokens": new, "methods": {}}
+
+    events = [step(1, 4, 40.0, 0, 4), step(2, 4, 44.0, 8, 10), step(3, 4, 400.0, 0, 4),
+              step(4, 2, 30.0, 6, 8), step(5, 2, 34.0, 0, 2)]
+    summary = summarize(events)
+    assert list(summary.by_batch) == [2, 4]
+    four, two = summary.by_batch[4], summary.by_batch[2]
+    assert (four.steps, four.median_forward_ms, four.drafted, four.committed) == (3, 44.0, 8, 18)
+    assert (two.steps, two.median_forward_ms, two.drafted, two.committed) == (2, 32.0, 6, 10)
+    text = format_summary(summary)
+    assert "| 4 | 3 | 44.0 ms | 2.67 | 6.00 |" in text and "| 2 | 2 | 32.0 ms | 3.00 | 5.00 |" in text
 
 
 def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
@@ -63,6 +86,7 @@ def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
                          capture_output=True, text=True, check=True).stdout
     assert "| method |" in out and ("ngram" in out or "suffix" in out)
     assert "tail (after 90% of requests finished)" in out
+    assert "| batch | verify steps | forward, median |" in out
     png = tmp_path / "fig.png"
     subprocess.run([sys.executable, "-m", "specactor.cli", "events", "plot", str(path), "--out", str(png)],
                    capture_output=True, text=True, check=True)
@@ -79,3 +103,31 @@ def test_bad_log_is_an_error_naming_the_line(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "bad.jsonl:2" in proc.stderr
+
+
+def test_one_rl_step_is_the_events_between_two_weight_updates(tmp_path) -> None:
+    """An RL loop's log holds every step's rollout: ``--version K`` keeps the one on version K, so
+    two steps (or two engines' logs of the same step) compare; a failed update switches nothing."""
+    def step(ts: float, batch: int) -> dict:
+        return {"event": "verify.step", "ts": ts, "batch_size": batch, "forward_ms": 10.0 * batch,
+                "drafted": 0, "new_tokens": batch}
+
+    def weights(ts: float, version: int, ok: bool = True) -> dict:
+        return {"event": "verify.weights", "ts": ts, "version": version, "ok": ok}
+
+    events = [step(1, 4), step(2, 4), weights(3, 1), step(4, 2), weights(5, 2, ok=False), step(6, 3),
+              weights(7, 2), step(8, 1)]
+    assert [e["ts"] for e in at_version(events, 0)] == [1, 2]
+    assert [e["ts"] for e in at_version(events, 1)] == [3, 4, 5, 6]  # the failed update left version 1 on
+    assert [e["ts"] for e in at_version(events, 2)] == [7, 8]
+    assert list(summarize(at_version(events, 1)).by_batch) == [2, 3]
+    with pytest.raises(ValueError, match="no events at policy version 5; the log has versions 0, 1, 2"):
+        at_version(events, 5)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path), "--version", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| 1 | 1 | 10.0 ms |" in out and "| 4 |" not in out
+    bad = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path), "--version", "9"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no events at policy version 9" in bad.stderr
