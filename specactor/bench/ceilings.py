@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specactor.bench.measure import phase_split
-from specactor.policy.cost_model import CostModel, expected_progress
+from specactor.policy.cost_model import CostModel, DraftCost, expected_progress
 
 MAX_WINDOW = 8
 PERFECT = "perfect"  # the method name of the perfect drafter
+HYPOTHETICAL = "hypothetical"  # the method name of uniform_drafter's
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,22 @@ def ceilings(lengths: list[int], acceptance: list[Mapping[str, Acceptance]], cos
     return {"scale": scale, "simulated_autoregressive_s": ar.makespan_s,
             "autoregressive": _figures(ar, ar, scale), "oracle": _figures(oracle, ar, scale),
             "zero_cost": _figures(zero, ar, scale), "perfect": _figures(perfect, ar, scale)}
+
+
+def uniform_drafter(lengths: list[int], cost: CostModel, p: float, draft: DraftCost | None = None,
+                    max_window: int = MAX_WINDOW) -> tuple[float, float]:
+    """(makespan, tail) speedups of the oracle over autoregressive for a hypothetical drafter
+    that accepts ``p`` a token on every sample and step, and whose drafting of one token for
+    n rows costs ``draft.seconds(n)`` (None: free), added to the verify step (on shared cores a
+    drafter's compute is not hidden): what a drafter would have to be for a target, on a run's
+    own lengths and cost profile."""
+    drafter = replace(cost, draft={HYPOTHETICAL: draft or DraftCost()})
+    ar = simulate(lengths, lambda i, b: NO_DRAFT, drafter, decoupled=False)
+    plan = greedy_plan([{HYPOTHETICAL: Acceptance(p, 1.0)}] * len(lengths), drafter, decoupled=False,
+                       max_window=max_window)
+    run = _best([ar, simulate(lengths, plan, drafter, decoupled=False)])
+    (_, ar_tail), (_, tail) = ar.phases, run.phases
+    return ar.makespan_s / run.makespan_s, (ar_tail / tail if tail > 0 else 1.0)
 
 
 def from_samples(runs: Mapping[str, Mapping[str, Mapping[str, Any]]], cost: CostModel,

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specactor.bench.ceilings import (NO_DRAFT, Acceptance, Config, accepted_per_draft, acceptance_from_counts,
-                                      best_config, ceilings, from_samples, pool_acceptance, simulate)
+                                      best_config, ceilings, from_samples, pool_acceptance, simulate,
+                                      uniform_drafter)
 from specactor.bench.measure import RunRecord, phase_split
 from specactor.policy.cost_model import CostModel, DraftCost
 from specactor.policy.simulation import accepted_length
@@ -197,3 +198,32 @@ def test_a_profile_that_prices_drafting_rows_keeps_the_bounds_ordered() -> None:
     out = ceilings(lengths, acceptance, cost, measured_autoregressive_s=5.0)
     assert out["perfect"]["speedup"] >= out["zero_cost"]["speedup"] >= out["oracle"]["speedup"] >= 1.0
     assert out["autoregressive"]["makespan_s"] == pytest.approx(5.0)
+
+
+# ---------------------------------------------------------------------------- what a drafter must be
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=12), p=st.floats(0.0, 1.0),
+       more=st.floats(0.0, 0.5), per_token_s=st.sampled_from([0.0, 1e-3, 1e-2]))
+def test_a_hypothetical_drafter_gains_more_with_acceptance_and_less_with_cost(
+        lengths: list[int], p: float, more: float, per_token_s: float) -> None:
+    """The what-if behind "the acceptance a drafter would need": never below autoregressive (the
+    oracle may decline), nothing at p = 0, more with a better drafter, less with a dearer one.
+    (1% slack: the simulation commits whole steps.)"""
+    cost = cost_model()
+    draft = DraftCost(per_row_s=per_token_s, fixed_s=per_token_s / 2)
+    speed, tail = uniform_drafter(lengths, cost, p, draft, max_window=16)
+    assert speed >= 1.0 and tail > 0
+    assert uniform_drafter(lengths, cost, 0.0, draft)[0] == 1.0
+    assert uniform_drafter(lengths, cost, min(1.0, p + more), draft, max_window=16)[0] >= speed * 0.99
+    dearer = DraftCost(per_row_s=per_token_s * 10 + 1e-3, fixed_s=per_token_s / 2)
+    assert uniform_drafter(lengths, cost, p, dearer, max_window=16)[0] <= speed * 1.01
+
+
+def test_a_free_drafter_that_is_always_right_is_the_perfect_bound() -> None:
+    lengths = [40, 90, 90, 200, 510]
+    free = uniform_drafter(lengths, cost_model(), 1.0, max_window=16)[0]
+    bounds = ceilings(lengths, [{}] * len(lengths), cost_model(), 10.0, max_window=16)
+    assert free == pytest.approx(bounds["perfect"]["speedup"], rel=1e-9)
+    assert free > 2.0  # the roofline's batch-1 tail is memory-bound: long windows pay there
