@@ -43,6 +43,9 @@ class EngineConfig:
     window: int | None = None
     max_batch: int = 32
     max_len: int = 1024
+    #: the samples of a group (n per prompt) prefill their prompt once: the others copy its cached
+    #: prompt (our engine; vLLM keeps its own prefix caching off). Off: every sample prefills its own
+    share_prompts: bool = True
     #: samples accepted but not finished, at most (beyond max_batch they queue; beyond this a call is
     #: refused with an error saying so): one call cannot make the engine hold unbounded state
     max_in_flight: int = 16384

@@ -302,7 +302,8 @@ class RolloutEngine:
                            "progress_every_s": cfg.progress_every_s,
                            "policy": "policy" if use_policy else None,
                            "learners": ["draft-learned"] if "learned" in cfg.active_drafters else [],
-                           "profile": cfg.measure_profile, "backend": cfg.backend}
+                           "profile": cfg.measure_profile, "backend": cfg.backend,
+                           "share_prompts": cfg.share_prompts}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a

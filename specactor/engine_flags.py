@@ -49,6 +49,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     if "max_len" not in without:
         group.add_argument("--max-len", type=positive_int, default=1024,
                            help="longest prompt + max_tokens a request may have (sizes the KV cache)")
+    group.add_argument("--no-share-prompts", action="store_true",
+                       help="every sample prefills its own prompt (default: the n samples of a prompt compute it "
+                            "once, the others copy it; the torch backend)")
     group.add_argument("--backend", default="torch", choices=BACKENDS,
                        help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
                             "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")
@@ -88,6 +91,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         "device": args.device, "dtype": args.dtype, "verifier_threads": args.threads,
         "policy": not args.no_policy, "racing": not args.no_racing,
         "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight, "backend": args.backend,
+        "share_prompts": not args.no_share_prompts,
     }
     if "mode" in given:
         fields["mode"] = args.mode

@@ -163,13 +163,14 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
     except RuntimeError:
         backend = "torch"
     flags = ["--model", "m", "--threads", "3", "--dtype", "bfloat16", "--device", "cpu", "--k", "2", "--window", "5",
-             "--max-batch", "7", "--no-racing", "--backend", backend]
+             "--max-batch", "7", "--no-racing", "--no-share-prompts", "--backend", backend]
     if command != "bench":
         flags += ["--mode", "coupled", "--drafters", "suffix", "--seed", "5"]
     required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": ["--max-len", "300"], "bench": []}[command]
     config = _engine_config_of(command, [*required, *flags], monkeypatch)
     assert (config.model, config.verifier_threads, config.dtype, config.device, config.k, config.window,
             config.max_batch, config.racing, config.backend) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False, backend)
+    assert config.share_prompts is False
     if command != "bench":
         assert (config.mode, config.drafters, config.seed) == ("coupled", ["suffix"], 5)
     if command == "serve":
@@ -255,8 +256,8 @@ def test_a_command_without_engine_flags_gets_the_api_s_defaults(command: str, mo
     from specactor.config import EngineConfig
 
     api = EngineConfig()
-    assert (config.k, config.window, config.max_window, config.max_batch, config.racing, config.backend) == (
-        api.k, api.window, api.max_window, api.max_batch, api.racing, api.backend)
+    assert (config.k, config.window, config.max_window, config.max_batch, config.racing, config.backend,
+            config.share_prompts) == (api.k, api.window, api.max_window, api.max_batch, api.racing, api.backend, True)
 
 
 def test_the_window_defaults_to_the_backend_s_and_a_given_one_is_kept() -> None:

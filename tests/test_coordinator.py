@@ -239,3 +239,20 @@ async def test_a_request_submitted_after_the_verifier_died_gets_an_error_not_a_h
         result = await asyncio.wait_for(engine.generate([1, 2, 3], SamplingParams(max_tokens=4), request_id="late"),
                                         30)
     assert result.finish_reason == "error" and "not running" in result.error
+
+
+@pytest.mark.parametrize("share", [True, False])
+async def test_a_group_prefills_its_prompt_once_unless_told_not_to(tiny_checkpoint, session_cache, monkeypatch,
+                                                                   tiny_reference, events_file, share: bool) -> None:
+    """EngineConfig.share_prompts reaches the verifier's engine: the n samples of each prompt feed
+    it once (the others copy it), or n times with it off; the tokens are the same either way."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, ids, refs = tiny_reference
+    params = SamplingParams(temperature=1.0, max_tokens=TINY_TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="autoregressive", transport="inproc", processes=False,
+                          max_batch=16, max_len=1024, share_prompts=share)
+    async with RolloutEngine(config) as engine:
+        results = await engine.generate(prompts, params, request_ids=ids)
+    assert {r.request_id: r.token_ids for r in results} == refs[1.0]
+    fed = sum(e["prefill_tokens"] for e in events_file() if e["event"] == "verify.step")
+    assert fed == sum(map(len, prompts)) * (1 if share else SAMPLES)

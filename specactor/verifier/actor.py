@@ -60,12 +60,14 @@ class VerifyActor(Actor):
         profile: bool = False,
         progress_every_s: float = 1.0,
         backend: str = "torch",
+        share_prompts: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.backend = backend  # torch: specactor's engine; vllm: vLLM's (specactor.vllm_backend)
+        self.share_prompts = share_prompts  # a group's samples prefill their prompt once (our engine)
         if mode not in ("coupled", "decoupled", "off"):
             raise ValueError(f"mode must be coupled, decoupled or off, got {mode!r}")
         self.model_name, self.mode, self.window = model, mode, window
@@ -120,7 +122,7 @@ class VerifyActor(Actor):
             model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
             engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len,
                             eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
-                            device=self.device)
+                            device=self.device, share_prompts=self.share_prompts)
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
                 from specactor.policy.profiling import ensure_profile
 

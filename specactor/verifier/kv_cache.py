@@ -52,6 +52,15 @@ class KVCache:
         self.lengths[dst] = n
         self.lengths[src] = 0
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Give slot ``dst`` the first ``n`` positions of slot ``src`` (a prompt both share), and
+        that length; ``src`` keeps its own."""
+        if not 0 < n <= self.lengths[src]:
+            raise ValueError(f"slot {src} holds {self.lengths[src]} positions, cannot share {n}")
+        self.k[:, dst, :, :n] = self.k[:, src, :, :n]
+        self.v[:, dst, :, :n] = self.v[:, src, :, :n]
+        self.lengths[dst] = n
+
     def keep_path(self, slot: int, start: int, offsets: list[int]) -> None:
         """After a token-tree step: keep the root at ``start`` and the accepted
         nodes (chunk ``offsets``, in path order) right after it, drop the rest."""

@@ -140,3 +140,70 @@ def test_a_resumed_request_that_had_finished_already_is_refused_by_name() -> Non
         engine.add(Sequence("full", [5, 6], params, seed=1, output_ids=[7, 8, 9, 10], logprobs=[-1.0] * 4))
     with pytest.raises(ValueError, match="log-probs"):
         engine.add(Sequence("odd", [5, 6], params, seed=1, output_ids=[7, 8], logprobs=[-1.0]))
+
+
+_SHARE_MODEL: list = []
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=st.lists(st.tuples(st.integers(2, 30), st.integers(1, 4)), min_size=1, max_size=5),
+       temperature=st.sampled_from([0.0, 1.0]), max_batch=st.integers(2, 12), budget=st.sampled_from([16, 4096]),
+       seed=st.integers(0, 2**31))
+def test_a_group_s_samples_share_one_prefill_and_give_the_tokens_each_would_alone(
+        groups: list[tuple[int, int]], temperature: float, max_batch: int, budget: int, seed: int) -> None:
+    """GRPO's n samples of a prompt: one is prefilled, the others copy its cached prompt and feed its
+    last token. Their tokens are the ones a prefill of their own gives, whatever the slots and the
+    prefill budget; no sample waits forever for a slot; and with room for every sample at once, a
+    group's prompt is fed once."""
+    if not _SHARE_MODEL:
+        _SHARE_MODEL.append(ours_from_hf(tiny_hf_model("llama", seed=5)))
+    model = _SHARE_MODEL[0]
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 256, (length,), generator=g).tolist() for length, _ in groups]
+
+    def run(share: bool) -> tuple[list[Sequence], int]:
+        engine = Engine(model, max_batch=max_batch, max_len=64, max_prefill_tokens=budget, share_prompts=share)
+        seqs = [_seq(f"p{i}#{s}", prompt, temperature, max_tokens=12, seed=seed + 7 * i + s)
+                for i, (prompt, (_, n)) in enumerate(zip(prompts, groups)) for s in range(n)]
+        fed = 0
+        for seq in seqs:
+            engine.add(seq)
+        while engine.has_work:
+            fed += engine.step().prefill_tokens
+        return seqs, fed
+
+    (shared, fed_shared), (plain, fed_plain) = run(True), run(False)
+    for a, b in zip(shared, plain):
+        assert a.output_ids == b.output_ids, a.request_id
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert a.finish_reason == FinishReason.LENGTH
+    assert fed_plain == sum(len(p) * n for p, (_, n) in zip(prompts, groups))
+    assert fed_shared <= fed_plain
+    if max_batch >= len(shared) and budget >= fed_plain:
+        assert fed_shared == sum(len(p) for p in {tuple(p): p for p in prompts}.values())  # once per prompt
+
+
+def test_only_fresh_samples_share_a_prompt_and_a_shared_one_feeds_its_last_token() -> None:
+    """A resumed request (committed tokens to prefill again) never copies a sibling's prompt; a fresh
+    sample of a running request's prompt feeds one token, its first step computing its first output."""
+    model = ours_from_hf(tiny_hf_model("llama", seed=6))
+    prompt = [9, 8, 7, 6, 5]
+    engine = Engine(model, max_batch=4, max_len=64)
+    leader = _seq("a", prompt, 1.0, 8, seed=1)
+    engine.add(leader)
+    first = engine.step()
+    assert first.prefill_tokens == len(prompt)
+    follower = _seq("b", prompt, 1.0, 8, seed=2)
+    resumed = Sequence("c", prompt, SamplingParams(temperature=1.0, max_tokens=8), seed=3,
+                       output_ids=[4], logprobs=[-1.0])
+    engine.add(follower)
+    engine.add(resumed)
+    second = engine.step()
+    assert second.prefill_tokens == len(prompt) + 1  # the resumed one's prompt and output; the follower none
+    assert len(follower.output_ids) == 1 and engine.cache.lengths[1] == len(prompt)
+    while engine.has_work:
+        engine.step()
+    alone = Engine(model, max_batch=1, max_len=64).run([_seq("b", prompt, 1.0, 8, seed=2)])[0]
+    assert follower.output_ids == alone.output_ids
+    with pytest.raises(ValueError, match="cannot share"):
+        engine.cache.copy_prefix(0, 1, 3)  # an empty slot has nothing to share
