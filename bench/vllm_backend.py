@@ -83,7 +83,9 @@ def stock_worker(args: argparse.Namespace) -> dict:
                                                 # a chunked prefill of a seeded request crashes vLLM 0.32 on
                                                 # CPU ("CPU Generator does not use offset"): never chunk
                                                 max_num_batched_tokens=32768,
-                                                enable_prefix_caching=False, speculative_config=spec))
+                                                # vLLM's default, as its users run it (a group's prompt
+                                                # computed once); specactor's modes share prompts too
+                                                enable_prefix_caching=True, speculative_config=spec))
     tokens: dict[str, list[int]] = {}
     for i, prompt in enumerate(prompts):
         for s in range(args.n):
@@ -169,16 +171,17 @@ def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=768)
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=8, help="HumanEval problems")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt (a GRPO group)")
+    parser.add_argument("--max-tokens", type=int, default=768, help="cap on a sample's length; EOS ends most before it")
+    parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy, where every mode makes the same tokens")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--repeats", type=int, default=1, help="run every mode this many times, interleaved")
     parser.add_argument("--window", type=int, default=None,
                         help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
-    parser.add_argument("--out", default="bench/results/vllm_backend.json")
+    parser.add_argument("--out", default="bench/results/vllm_backend.json", help="where the JSON of every run goes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a stock-vLLM run, in its own process
     args = parser.parse_args()
     if args.worker:

@@ -11,8 +11,8 @@ result says which version produced it). The same prompts come back each epoch,
 so the history drafter (``suffix``) can draft from the previous epochs'
 samples: watch acceptance rise in later epochs. Unless ``--no-compare``, an
 autoregressive engine rolls out the same prompts and seeds each epoch too
-(and gets the same weight updates), so each epoch also shows the speedup and
-that the tokens are identical.
+(and gets the same weight updates; the two take turns going first), so each
+epoch also shows the speedup and that the tokens are identical.
 
 Takes about 4 minutes on a 2-core CPU with the defaults.
 """
@@ -23,6 +23,8 @@ import argparse
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from specactor.coordinator import EngineConfig, RolloutEngine
 from specactor.models import resolve_model
@@ -31,6 +33,8 @@ from specactor.protocol import SamplingParams
 from specactor.rl.grpo import GRPOTrainer, Sample
 from specactor.rl.reward import score
 from specactor.tokenizer import Tokenizer
+
+T = TypeVar("T")
 
 
 def parse_args() -> argparse.Namespace:
@@ -46,6 +50,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
     return parser.parse_args()
+
+
+async def _timed(call: Awaitable[T]) -> tuple[T, float]:
+    """The call's result and its wall time in seconds."""
+    t0 = time.perf_counter()
+    result = await call
+    return result, time.perf_counter() - t0
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -69,14 +80,16 @@ async def main(args: argparse.Namespace) -> None:
             params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, n=args.n,
                                     seed=args.seed * 1000 + epoch)
             ids = [p["task_id"] for p in problems]
-            t0 = time.perf_counter()
-            results = await engine.generate(prompt_ids, params, request_ids=ids)
-            rollout_s = time.perf_counter() - t0
+            # the two engines take turns going first: the rollout right after training runs on a
+            # machine still settling from it, and that must not always fall on the same engine
+            baseline_first = baseline is not None and epoch % 2 == 1
+            if baseline_first:
+                reference, ar_s = await _timed(baseline.generate(prompt_ids, params, request_ids=ids))
+            results, rollout_s = await _timed(engine.generate(prompt_ids, params, request_ids=ids))
             compared = ""
             if baseline is not None:
-                t0 = time.perf_counter()
-                reference = await baseline.generate(prompt_ids, params, request_ids=ids)
-                ar_s = time.perf_counter() - t0
+                if not baseline_first:
+                    reference, ar_s = await _timed(baseline.generate(prompt_ids, params, request_ids=ids))
                 same = sum(a.token_ids == b.token_ids for a, b in zip(results, reference))
                 compared = f"{ar_s:16.1f} | {ar_s / rollout_s:6.2f}x | {same:4d}/{len(results):<4d}| "
             texts = [tok.decode(r.token_ids) for r in results]

@@ -44,7 +44,7 @@ class EngineConfig:
     max_batch: int = 32
     max_len: int = 1024
     #: the samples of a group (n per prompt) prefill their prompt once: the others copy its cached
-    #: prompt (our engine; vLLM keeps its own prefix caching off). Off: every sample prefills its own
+    #: prompt (our engine), or find it in vLLM's prefix cache (vllm). Off: every sample prefills its own
     share_prompts: bool = True
     #: samples accepted but not finished, at most (beyond max_batch they queue; beyond this a call is
     #: refused with an error saying so): one call cannot make the engine hold unbounded state

@@ -51,7 +51,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                            help="longest prompt + max_tokens a request may have (sizes the KV cache)")
     group.add_argument("--no-share-prompts", action="store_true",
                        help="every sample prefills its own prompt (default: the n samples of a prompt compute it "
-                            "once, the others copy it; the torch backend)")
+                            "once, the others copy it; on vllm, its prefix cache)")
     group.add_argument("--backend", default="torch", choices=BACKENDS,
                        help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
                             "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")

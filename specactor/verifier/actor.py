@@ -143,7 +143,7 @@ class VerifyActor(Actor):
         eos = _eos_token_ids(folder, ModelConfig.from_dir(folder).eos_token_ids)
         engine = VllmEngine(folder, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
                             max_draft=max(self.window, 1), dtype=self.dtype, device=self.device,
-                            threads=self.threads)
+                            threads=self.threads, prefix_caching=self.share_prompts)
         self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
         if self.profile:
             from specactor.policy.profiling import ensure_profile

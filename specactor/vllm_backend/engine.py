@@ -76,7 +76,8 @@ class VllmModel:
 class VllmEngine:
     def __init__(self, folder: str | Path, *, max_batch: int = 32, max_len: int = 1024,
                  eos_token_ids: Iterable[int] = (), max_draft: int = 8, dtype: str = "float32",
-                 kv_cache_gb: int = 2, device: str = "cpu", threads: int | None = None) -> None:
+                 kv_cache_gb: int = 2, device: str = "cpu", threads: int | None = None,
+                 prefix_caching: bool = True) -> None:
         for key, value in VLLM_ENV.items():
             os.environ[key] = value
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
@@ -90,7 +91,8 @@ class VllmEngine:
         args = EngineArgs(
             model=str(self.folder), tokenizer=str(self.folder), dtype=dtype, enforce_eager=True,
             max_model_len=max_len, max_num_seqs=max_batch, max_num_batched_tokens=max(max_len, 2048) * 2,
-            enable_prefix_caching=False, seed=0,
+            # a GRPO group's samples share their prompt: vLLM's prefix cache computes it once
+            enable_prefix_caching=prefix_caching, seed=0,
             speculative_config={"method": "custom_class", "model": "specactor.vllm_backend.patch.NullProposer",
                                 "num_speculative_tokens": max_draft},
             scheduler_cls="specactor.vllm_backend.patch.SpecActorScheduler")
@@ -191,6 +193,8 @@ class VllmEngine:
             method = given.get(internal, ("", []))[0] if verified else ""
             accepted = matched(verified, tokens)
             start = len(seq.output_ids)
+            if not seq.steps:  # its first output: what its prefill computed, less what the prefix cache had
+                report.prefill_tokens += max(0, seq.context_len - (out.num_cached_tokens or 0))
             seq.steps += 1
             seq.output_ids.extend(tokens)
             seq.logprobs.extend(lps)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
+from specactor.protocol import SamplingParams  # noqa: E402
 from specactor.verifier.engine import Sequence  # noqa: E402
 from tests.vllm_backend.engine_runs import run_to_end as _run  # noqa: E402
 from tests.vllm_backend.engine_runs import sequences as _seqs  # noqa: E402
@@ -103,3 +104,23 @@ def test_a_weight_update_changes_the_tokens_as_it_changes_ours(setup, default_mo
         ours.model.load_hf_state_dict(original)
     assert after == reference and after != before
     assert [s.output_ids for s in _run(vllm, _seqs(prompts, 0.0, 24))] == before  # the old weights are back
+
+
+def test_a_group_s_samples_share_their_prompt_through_vllm_s_prefix_cache(setup) -> None:
+    """GRPO's n samples of a prompt: vLLM computes the prompt's full cache blocks once (its
+    prefix cache, on by default as with specactor's own engine), every sample still samples
+    from its own seed, and the tokens are our engine's."""
+    vllm, ours, _ = setup
+    prompt = list(range(1000, 1000 + 300))  # no other test's prompt: nothing of it is cached yet
+    params = dict(temperature=1.0, max_tokens=12)
+    group = [Sequence(f"g#{s}", list(prompt), SamplingParams(**params), seed=40 + s) for s in range(4)]
+    fed = 0
+    for seq in group:
+        vllm.add(seq)
+    while vllm.has_work:
+        fed += vllm.step().prefill_tokens
+    block = vllm.llm.engine_core.engine_core.vllm_config.cache_config.block_size
+    cached = (len(prompt) - 1) // block * block  # full blocks, short of the last token
+    assert cached > 0 and fed == len(prompt) + 3 * (len(prompt) - cached)
+    reference = _run(ours, [Sequence(f"g#{s}", list(prompt), SamplingParams(**params), seed=40 + s) for s in range(4)])
+    assert [s.output_ids for s in group] == [s.output_ids for s in reference]
