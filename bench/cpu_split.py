@@ -59,7 +59,8 @@ def _add_forwards(run: dict, events: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", choices=("torch", "vllm"), default="torch")
-    parser.add_argument("--repeats", type=int, default=2, help="pairs, interleaved (this machine drifts)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="pairs, interleaved (this machine drifts); every second pair runs specactor first")
     parser.add_argument("--prompts", type=int, default=8, help="HumanEval prompts (batch = prompts x n)")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt")
     parser.add_argument("--max-tokens", type=int, default=768)
@@ -73,8 +74,12 @@ def main() -> None:
     work = build_workload(opts)
     repeats = []
     for repeat in range(args.repeats):
+        # the modes take turns going first (ABBA): a run right after another may find the machine
+        # in another state (memory just freed, caches), and that must not always fall on one mode
+        order = MODES if repeat % 2 == 0 else MODES[::-1]
         runs = {name: _run(name, work, args.temperature, out / f"events-{name}-{args.backend}-{repeat + 1}.jsonl")
-                for name in MODES}
+                for name in order}
+        runs["first"] = order[0]
         runs["speedup"] = round(runs["autoregressive"]["makespan_s"] / runs["specactor"]["makespan_s"], 3)
         repeats.append(runs)
         print(f"repeat {repeat + 1}: " + json.dumps(runs), flush=True)

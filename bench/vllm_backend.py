@@ -19,7 +19,8 @@ tail), and whether its samples equal those of the mode it must match (``vllm+spe
 ``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor`` and
 ``vllm+ngram`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
 streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
-With ``--repeats R`` the modes run R times, interleaved (this machine's speed drifts within minutes):
+With ``--repeats R`` the modes run R times, interleaved, every second time in reverse order (this
+machine's speed drifts within minutes, and a run's speed depends on the one before it):
 each pair's ratio is taken within a repeat, and the report gives every repeat and the medians.
 The specactor modes decide on this machine's cost profile of their backend (measured once at
 start-up, outside the timed part, and cached).
@@ -176,9 +177,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="HumanEval problems")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt (a GRPO group)")
     parser.add_argument("--max-tokens", type=int, default=768, help="cap on a sample's length; EOS ends most before it")
-    parser.add_argument("--temperature", type=float, default=1.0, help="0: greedy, where every mode makes the same tokens")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="0: greedy, where every mode makes the same tokens")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
-    parser.add_argument("--repeats", type=int, default=1, help="run every mode this many times, interleaved")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
                         help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
     parser.add_argument("--out", default="bench/results/vllm_backend.json", help="where the JSON of every run goes")
@@ -198,7 +201,9 @@ def main() -> None:
     for repeat in range(args.repeats):
         runs: dict[str, dict] = {}
         tokens: dict[str, dict[str, list[int]]] = {}
-        for mode in modes:
+        # every second repeat runs the modes last to first: a run inherits the machine the one
+        # before it left, and that must not always fall on the same mode
+        for mode in modes[::-1] if repeat % 2 else modes:
             print(f"{mode} (repeat {repeat + 1} of {args.repeats}) ...", flush=True)
             if mode in ("vllm", "vllm+ngram"):
                 proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),

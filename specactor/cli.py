@@ -175,8 +175,9 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                        help="rollout epochs at the other temperatures, at most --epochs (default 1)")
     bench.add_argument("--repeats", type=positive_int, default=None,
                        help="run every mode this many times, interleaved, and report the median run and each "
-                            "repeat's paired speedup (default 1; use 3 to judge differences under ~10%%: a "
-                            "small machine's speed drifts by that much within minutes)")
+                            "repeat's paired speedup; every second repeat runs the modes in reverse order (default 1; "
+                            "use 3 or more to judge differences under ~10%%: a small machine's speed drifts by that "
+                            "much within minutes)")
     bench.add_argument("--modes", default=None,
                        help="comma-separated, autoregressive first (default: autoregressive,specactor; also "
                             "transformers, transformers+pld, coupled ngram, coupled suffix, specactor+learned, vllm)")

@@ -9,7 +9,8 @@ the same run's lengths and acceptance.
 
 The first temperature (T=1 by default, the RL case) runs ``epochs`` epochs,
 the others ``other_epochs`` (1 by default: the bench's 20 minutes on 2 cores go
-to the main case). For each temperature: ``autoregressive`` runs first; its first epoch is
+to the main case). For each temperature: ``autoregressive`` runs first (with ``repeats``,
+every second repeat runs the modes in reverse order); its first epoch is
 rewarded with the HumanEval tests and one real GRPO step is taken on the
 model; every mode then runs epoch 1 on the base weights, loads that same
 update, and runs epoch 2 on the same prompts (new seeds), with the first
@@ -121,7 +122,8 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         repeats: list[dict[str, list[RunRecord]]] = []
         for repeat in range(opts.repeats):
             repeats.append(_run_modes(opts, work, temperature, update, why_no_vllm, report, progress,
-                                      f" (repeat {repeat + 1}/{opts.repeats})" if opts.repeats > 1 else ""))
+                                      f" (repeat {repeat + 1}/{opts.repeats})" if opts.repeats > 1 else "",
+                                      reverse=repeat % 2 == 1))
         by_mode = median_runs(repeats)
         for records in by_mode.values():
             report["runs"].extend(record.summary() | {"repeats_s": record_repeats(repeats, record)}
@@ -140,14 +142,15 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
 
 
 def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: PolicyUpdate | None, why_no_vllm: str,
-               report: dict[str, Any], progress: Any, label: str) -> dict[str, list[RunRecord]]:
-    """Every mode once at ``temperature``, autoregressive first; outputs compared with its."""
-    baseline: list[RunRecord] = []
+               report: dict[str, Any], progress: Any, label: str, reverse: bool = False) -> dict[str, list[RunRecord]]:
+    """Every mode once at ``temperature``; outputs compared with autoregressive's. ``reverse``
+    runs them last to first: repeats alternate the order, so that what a run inherits from the
+    one before it (memory just freed, a machine still busy settling) falls on every mode alike."""
+    names = [name for name in opts.modes if not (name == "vllm" and why_no_vllm)]
+    if len(names) < len(opts.modes):
+        report["skipped"]["vllm"] = why_no_vllm
     by_mode: dict[str, list[RunRecord]] = {}
-    for name in opts.modes:
-        if name == "vllm" and why_no_vllm:
-            report["skipped"]["vllm"] = why_no_vllm
-            continue
+    for name in names[::-1] if reverse else names:
         progress(f"T={temperature:g} {name}{label} ...")
         events = None
         if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
@@ -155,21 +158,23 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
             Path(opts.out).mkdir(parents=True, exist_ok=True)
             events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
             Path(events).unlink(missing_ok=True)
-        records = run_mode(MODES[name], work, temperature, update, events)
-        by_mode[name] = records
-        if name == "autoregressive":
-            baseline = records
-        comparable = MODES[name].kind == "engine" or temperature == 0
-        for record, reference in zip(records, baseline):
-            # over the samples this mode ran (transformers+pld runs a subset)
-            record.differing = sum(v != reference.outputs.get(k) for k, v in record.outputs.items()) \
-                if comparable else None
+        by_mode[name] = run_mode(MODES[name], work, temperature, update, events)
+        for record in by_mode[name]:
             phase1, phase2 = record.phases
             progress(f"  epoch {record.epoch + 1}: {record.makespan_s:.2f} s (phase 1 {phase1:.2f} s, "
                      f"phase 2 {phase2:.2f} s), {record.tokens_per_s:.1f} tok/s, capped {record.capped}, "
-                     f"peak {record.peak_mb:.0f} MB, differing {record.differing}")
+                     f"peak {record.peak_mb:.0f} MB")
         release_freed_memory()
-    return by_mode
+    baseline = by_mode.get("autoregressive", [])
+    for name in names:
+        comparable = MODES[name].kind == "engine" or temperature == 0
+        for record, reference in zip(by_mode[name], baseline):
+            # over the samples this mode ran (transformers+pld runs a subset)
+            record.differing = sum(v != reference.outputs.get(k) for k, v in record.outputs.items()) \
+                if comparable else None
+            if name != "autoregressive":
+                progress(f"  {name} epoch {record.epoch + 1}: differing from autoregressive {record.differing}")
+    return {name: by_mode[name] for name in names}
 
 
 def median_runs(repeats: list[dict[str, list[RunRecord]]]) -> dict[str, list[RunRecord]]:

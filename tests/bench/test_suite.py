@@ -73,6 +73,22 @@ def test_the_other_temperatures_run_their_own_number_of_epochs(session_cache, ti
     assert "2 epoch(s) at T=1, 1 at T=0" in markdown(report)
 
 
+def test_repeats_alternate_the_order_of_the_modes(session_cache, tiny_checkpoint, monkeypatch, tmp_path) -> None:
+    """A run inherits the machine the run before it left: every second repeat goes last to
+    first, and the samples are still compared with autoregressive's when it ran second."""
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    opts = BenchOptions(prompts=1, n=2, max_tokens=8, temperatures=(1.0,), epochs=1, repeats=2,
+                        modes=("autoregressive", "specactor"), out=str(tmp_path),
+                        engine=EngineConfig(model=str(tiny_checkpoint)))
+    lines: list[str] = []
+    report = run_suite(opts, lines.append)
+    started = [line.split(" (repeat")[0] for line in lines if line.endswith("...")]
+    assert started == ["T=1 autoregressive", "T=1 specactor", "T=1 specactor", "T=1 autoregressive"]
+    compared = [line for line in lines if "differing from autoregressive" in line]
+    assert compared == ["  specactor epoch 1: differing from autoregressive 0"] * 2
+    assert [len(r["repeats_s"]) for r in report["runs"]] == [2, 2]
+
+
 def test_bad_mode_lists_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         run_suite(BenchOptions(modes=("autoregressive", "fast")))
