@@ -83,6 +83,15 @@ def test_help_explains_the_command() -> None:
         assert flag in run.stdout
 
 
+@pytest.mark.parametrize("command", ["rollout", "serve", "bench"])
+def test_help_shows_defaults_but_never_none(command: str) -> None:
+    """Options resolved later (per backend or mode) say how in their help; argparse's
+    "(default: None)" beside that would contradict it."""
+    run = subprocess.run([sys.executable, "-m", "specactor.cli", command, "--help"], capture_output=True, text=True)
+    assert run.returncode == 0
+    assert "(default: None)" not in run.stdout and "(default: " in run.stdout
+
+
 def test_kv_cache_that_cannot_fit_is_refused_up_front(default_model) -> None:
     from specactor.rollout import check_kv_memory
 
