@@ -142,7 +142,8 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
 
 
 def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: PolicyUpdate | None, why_no_vllm: str,
-               report: dict[str, Any], progress: Any, label: str, reverse: bool = False) -> dict[str, list[RunRecord]]:
+               report: dict[str, Any], progress: Any, label: str,
+               reverse: bool = False) -> dict[str, list[RunRecord]]:
     """Every mode once at ``temperature``; outputs compared with autoregressive's. ``reverse``
     runs them last to first: repeats alternate the order, so that what a run inherits from the
     one before it (memory just freed, a machine still busy settling) falls on every mode alike."""
