@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specactor.bench.runners import Mode, run_engine
-from specactor.bench.suite import BenchOptions, build_workload
+from specactor.bench.suite import BenchOptions, build_workload, repeat_order
 from specactor.config import EngineConfig
 
 MODES = ("autoregressive", "specactor")
@@ -74,9 +74,7 @@ def main() -> None:
     work = build_workload(opts)
     repeats = []
     for repeat in range(args.repeats):
-        # the modes take turns going first (ABBA): a run right after another may find the machine
-        # in another state (memory just freed, caches), and that must not always fall on one mode
-        order = MODES if repeat % 2 == 0 else MODES[::-1]
+        order = repeat_order(MODES, repeat)  # ABBA: the modes take turns going first
         runs = {name: _run(name, work, args.temperature, out / f"events-{name}-{args.backend}-{repeat + 1}.jsonl")
                 for name in order}
         runs["first"] = order[0]

@@ -70,8 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     work = build_workload(BenchOptions(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens, epochs=1))
     model = load_causal_lm(work.folder) if args.backend == "torch" else None
-    report = {"date": date.today().isoformat(), "backend": args.backend, "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
-              "runs": []}
+    report = {"date": date.today().isoformat(), "backend": args.backend, "prompts": args.prompts, "n": args.n,
+              "max_tokens": args.max_tokens, "runs": []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for temperature in (float(t) for t in args.temperatures.split(",")):

@@ -190,6 +190,7 @@ def main() -> None:
     if args.worker:
         print("RESULT " + json.dumps(stock_worker(args)), flush=True)
         return
+    from specactor.bench.suite import repeat_order
     from specactor.vllm_backend import require_vllm
 
     version = require_vllm()
@@ -201,9 +202,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         runs: dict[str, dict] = {}
         tokens: dict[str, dict[str, list[int]]] = {}
-        # every second repeat runs the modes last to first: a run inherits the machine the one
-        # before it left, and that must not always fall on the same mode
-        for mode in modes[::-1] if repeat % 2 else modes:
+        for mode in repeat_order(modes, repeat):  # ABBA: the modes take turns going first
             print(f"{mode} (repeat {repeat + 1} of {args.repeats}) ...", flush=True)
             if mode in ("vllm", "vllm+ngram"):
                 proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),

@@ -26,6 +26,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
         for repeat in range(opts.repeats):
             repeats.append(_run_modes(opts, work, temperature, update, why_no_vllm, report, progress,
                                       f" (repeat {repeat + 1}/{opts.repeats})" if opts.repeats > 1 else "",
-                                      reverse=repeat % 2 == 1))
+                                      repeat))
         by_mode = median_runs(repeats)
         for records in by_mode.values():
             report["runs"].extend(record.summary() | {"repeats_s": record_repeats(repeats, record)}
@@ -142,16 +143,14 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
 
 
 def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: PolicyUpdate | None, why_no_vllm: str,
-               report: dict[str, Any], progress: Any, label: str,
-               reverse: bool = False) -> dict[str, list[RunRecord]]:
-    """Every mode once at ``temperature``; outputs compared with autoregressive's. ``reverse``
-    runs them last to first: repeats alternate the order, so that what a run inherits from the
-    one before it (memory just freed, a machine still busy settling) falls on every mode alike."""
+               report: dict[str, Any], progress: Any, label: str, repeat: int = 0) -> dict[str, list[RunRecord]]:
+    """Every mode once at ``temperature``, in :func:`repeat_order`; outputs compared with
+    autoregressive's."""
     names = [name for name in opts.modes if not (name == "vllm" and why_no_vllm)]
     if len(names) < len(opts.modes):
         report["skipped"]["vllm"] = why_no_vllm
     by_mode: dict[str, list[RunRecord]] = {}
-    for name in names[::-1] if reverse else names:
+    for name in repeat_order(names, repeat):
         progress(f"T={temperature:g} {name}{label} ...")
         events = None
         if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
@@ -176,6 +175,13 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
             if name != "autoregressive":
                 progress(f"  {name} epoch {record.epoch + 1}: differing from autoregressive {record.differing}")
     return {name: by_mode[name] for name in names}
+
+
+def repeat_order(names: Sequence[str], repeat: int) -> list[str]:
+    """The order of the modes in 0-based ``repeat``: every second one last to first, so that
+    what a run inherits from the one before it (memory just freed, a machine still settling)
+    falls on every mode alike. The bench scripts under bench/ interleave by the same rule."""
+    return list(names[::-1] if repeat % 2 else names)
 
 
 def median_runs(repeats: list[dict[str, list[RunRecord]]]) -> dict[str, list[RunRecord]]:

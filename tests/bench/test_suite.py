@@ -9,7 +9,7 @@ import pytest
 
 from specactor.bench.measure import RunRecord
 from specactor.bench.report import markdown
-from specactor.bench.suite import BenchOptions, run_suite, write_outputs
+from specactor.bench.suite import BenchOptions, repeat_order, run_suite, write_outputs
 from specactor.config import EngineConfig
 
 pytestmark = pytest.mark.slow
@@ -87,6 +87,7 @@ def test_repeats_alternate_the_order_of_the_modes(session_cache, tiny_checkpoint
     compared = [line for line in lines if "differing from autoregressive" in line]
     assert compared == ["  specactor epoch 1: differing from autoregressive 0"] * 2
     assert [len(r["repeats_s"]) for r in report["runs"]] == [2, 2]
+    assert [repeat_order(("a", "b", "c"), r) for r in range(3)] == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
 
 
 def test_bad_mode_lists_are_refused() -> None:
