@@ -19,8 +19,11 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
+import sys
 import time
 from pathlib import Path
+
+from specactor.engine_flags import positive_int
 
 
 def _neighbour(conn, work_us: float) -> None:
@@ -34,14 +37,25 @@ def _neighbour(conn, work_us: float) -> None:
             pass
 
 
+def _microseconds(text: str) -> list[float]:
+    """``--work-us``: comma-separated non-negative numbers."""
+    try:
+        values = [float(w) for w in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of microseconds: {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"microseconds must be >= 0: {text!r}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--batch", type=int, default=9, help="rows per forward (the T=1 tail runs at 9-14)")
-    parser.add_argument("--context", type=int, default=512, help="cached tokens per row")
-    parser.add_argument("--steps", type=int, default=40, help="forwards per block")
-    parser.add_argument("--blocks", type=int, default=8, help="blocks per condition, alternating")
-    parser.add_argument("--work-us", default="0,400,2000",
+    parser.add_argument("--batch", type=positive_int, default=9, help="rows per forward (the T=1 tail runs at 9-14)")
+    parser.add_argument("--context", type=positive_int, default=512, help="cached tokens per row")
+    parser.add_argument("--steps", type=positive_int, default=40, help="forwards per block")
+    parser.add_argument("--blocks", type=positive_int, default=8, help="blocks per condition, alternating")
+    parser.add_argument("--work-us", type=_microseconds, default="0,400,2000",
                         help="comma-separated CPU microseconds the neighbour spends per wake-up")
     parser.add_argument("--out", default="bench/results/wakeup_cost.json")
     args = parser.parse_args()
@@ -68,13 +82,12 @@ def main() -> None:
 
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "threads": torch.get_num_threads(),
                     "batch": args.batch, "context": args.context, "steps": args.steps, "blocks": args.blocks,
-                    "command": "python bench/wakeup_cost.py " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                                                        for k, v in vars(args).items() if k != "out"),
+                    "command": "python bench/wakeup_cost.py " + " ".join(sys.argv[1:]),
                     "conditions": []}
     with torch.inference_mode():
         for _ in range(5):
             forward()  # warm-up
-        for work_us in [float(w) for w in args.work_us.split(",")]:
+        for work_us in args.work_us:
             parent, child = mp.get_context("spawn").Pipe()
             proc = mp.get_context("spawn").Process(target=_neighbour, args=(child, work_us), daemon=True)
             proc.start()
