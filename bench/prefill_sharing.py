@@ -42,17 +42,13 @@ def _engine(backend: str, model, work, share: bool):
 def _run(backend: str, model, work, temperature: float, share: bool) -> tuple[dict, dict[str, list[int]]]:
     engine = _engine(backend, model, work, share)
     seqs = sample_sequences(work.prompt_ids, work.params(temperature, 0), work.request_ids())
-    prefill_tokens, prefill_s, steps = 0, 0.0, 0
+    reports: list = []
     start = time.perf_counter()
-    for seq in seqs:
-        engine.add(seq)
-    while engine.has_work:
-        report = engine.step()
-        steps += 1
-        if report.prefill_tokens:
-            prefill_tokens += report.prefill_tokens
-            prefill_s += report.forward_s
+    engine.run(seqs, on_step=reports.append)
     makespan = time.perf_counter() - start
+    steps = len(reports)
+    prefill_tokens = sum(r.prefill_tokens for r in reports)
+    prefill_s = sum(r.forward_s for r in reports if r.prefill_tokens)
     tokens = {s.request_id: s.output_ids for s in seqs}
     return ({"makespan_s": round(makespan, 2), "steps": steps, "prompt_tokens_fed": prefill_tokens,
              "prompt_steps_s": round(prefill_s, 2), "tokens": sum(map(len, tokens.values()))}, tokens)

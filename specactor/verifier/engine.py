@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import torch
 
@@ -109,7 +109,34 @@ class StepReport:
     accepted: int = 0
 
 
-class Engine:
+class _Steppable(Protocol):
+    @property
+    def has_work(self) -> bool: ...
+    def add(self, seq: Sequence) -> None: ...
+    def step(self) -> StepReport: ...
+
+
+class ServesToCompletion:
+    """``run``: the autoregressive baseline loop, shared by every engine with ``add``, ``step`` and
+    ``has_work`` (ours and :class:`~specactor.vllm_backend.engine.VllmEngine`)."""
+
+    def run(
+        self: _Steppable,
+        seqs: Iterable[Sequence],
+        on_step: Callable[[StepReport], None] | None = None,
+    ) -> list[Sequence]:
+        """Serve ``seqs`` to completion without drafts; ``on_step`` sees every step's report."""
+        seqs = list(seqs)
+        for seq in seqs:
+            self.add(seq)
+        while self.has_work:
+            report = self.step()
+            if on_step is not None:
+                on_step(report)
+        return seqs
+
+
+class Engine(ServesToCompletion):
     def __init__(
         self,
         model: CausalLM,
@@ -365,18 +392,3 @@ class Engine:
                 self.running[slot] = self.running[last]
             self.cache.lengths[last] = 0
             self.running.pop()
-
-    def run(
-        self,
-        seqs: Iterable[Sequence],
-        on_step: Callable[[StepReport], None] | None = None,
-    ) -> list[Sequence]:
-        """Serve ``seqs`` to completion (the autoregressive baseline)."""
-        seqs = list(seqs)
-        for seq in seqs:
-            self.add(seq)
-        while self.has_work:
-            report = self.step()
-            if on_step is not None:
-                on_step(report)
-        return seqs

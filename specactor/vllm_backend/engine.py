@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specactor.protocol import FinishReason, Verdict
-from specactor.verifier.engine import Candidate, Sequence, StepReport, check_sequence
+from specactor.verifier.engine import Candidate, Sequence, ServesToCompletion, StepReport, check_sequence
 from specactor.verifier.tree import matched
 
 #: the settings vLLM must run with here: the engine core in this process, the V1 model runner (the
@@ -73,7 +73,7 @@ class VllmModel:
         self.llm.reset_prefix_cache()
 
 
-class VllmEngine:
+class VllmEngine(ServesToCompletion):
     def __init__(self, folder: str | Path, *, max_batch: int = 32, max_len: int = 1024,
                  eos_token_ids: Iterable[int] = (), max_draft: int = 8, dtype: str = "float32",
                  kv_cache_gb: int = 2, device: str = "cpu", threads: int | None = None,

@@ -124,3 +124,17 @@ def test_a_group_s_samples_share_their_prompt_through_vllm_s_prefix_cache(setup)
     assert cached > 0 and fed == len(prompt) + 3 * (len(prompt) - cached)
     reference = _run(ours, [Sequence(f"g#{s}", list(prompt), SamplingParams(**params), seed=40 + s) for s in range(4)])
     assert [s.output_ids for s in group] == [s.output_ids for s in reference]
+
+
+def test_run_serves_to_the_end_and_reports_every_step_as_our_engine_does(setup) -> None:
+    """``run(seqs, on_step=)``, the baseline loop benches use, works on vLLM as on our engine: the
+    same tokens, a report per step, the prompts' prefill in the first."""
+    vllm, ours, prompts = setup
+    reports = {"vllm": [], "ours": []}
+    got = vllm.run(_seqs(prompts, 1.0, 16, seed=70), on_step=reports["vllm"].append)
+    reference = ours.run(_seqs(prompts, 1.0, 16, seed=70), on_step=reports["ours"].append)
+    assert not vllm.has_work
+    assert [s.output_ids for s in got] == [s.output_ids for s in reference]
+    for name, steps in reports.items():
+        assert steps[0].prefill_tokens > 0, name
+        assert sum(r.new_tokens for r in steps) == sum(len(s.output_ids) for s in got), name
