@@ -104,8 +104,10 @@ def profile_path(key: dict[str, Any]) -> Path:
     return profiles_dir() / f"{slug}-{digest}.json"
 
 
-def load_cached(path: Path, key: dict[str, Any]) -> tuple[bool, str]:
-    """(usable, why not): the file exists, is a valid profile, and was measured for ``key``."""
+def load_cached(path: Path, key: dict[str, Any], min_chunk: int = 0) -> tuple[bool, str]:
+    """(usable, why not): the file exists, is a valid profile, was measured for ``key`` and, when
+    ``min_chunk`` is given, over chunks up to at least that many tokens a row (a window priced by
+    extrapolation past the measured chunks is where the policy went wrong before)."""
     from specactor.policy.cost_model import CostModel
 
     if not path.is_file():
@@ -117,6 +119,9 @@ def load_cached(path: Path, key: dict[str, Any]) -> tuple[bool, str]:
         if data.get("key") != key:
             return False, "measured for another key"
         CostModel.from_profile(path)
+        measured = max(data.get("chunk_lens") or [0])
+        if measured < min_chunk:
+            return False, f"measured chunks up to {measured} tokens a row, the window needs {min_chunk}"
     except (OSError, ValueError) as exc:
         return False, str(exc)
     return True, ""
@@ -277,8 +282,8 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
     Call it where the engine runs, before it serves (the timings must not share the
     cores with rollouts). ``measurer`` times another backend's engine (``model`` is then
     that engine; :func:`specactor.vllm_backend.profiling.measure_vllm`) with :func:`measure`'s
-    arguments; its profile is cached under ``backend``. A cached file that cannot be used (corrupt, another key) is
-    measured again, with a warning. Emits ``policy.profile`` (path, seconds, cached)
+    arguments; its profile is cached under ``backend``. A cached file that cannot be used (corrupt, another key,
+    chunks shorter than ``grid``'s longest) is measured again, with a warning. Emits ``policy.profile`` (path, seconds, cached)
     and, when it measures, prints one line saying so.
     """
     from specactor.events import get_logger
@@ -286,7 +291,8 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
     log = log if log is not None else get_logger(actor="profiling")
     key = profile_key(model_dir, dtype, device, threads, backend)
     path = profile_path(key)
-    ok, why = load_cached(path, key)
+    min_chunk = max(grid.chunk_lens)
+    ok, why = load_cached(path, key, min_chunk)
     if ok:
         log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
         return path
@@ -295,7 +301,7 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
     if not measure_missing:
         return None
     with _locked(path.parent):
-        ok, _ = load_cached(path, key)  # measured meanwhile by another engine
+        ok, _ = load_cached(path, key, min_chunk)  # measured meanwhile by another engine
         if ok:
             log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
             return path

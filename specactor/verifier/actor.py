@@ -147,11 +147,11 @@ class VerifyActor(Actor):
         self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
         if self.profile:
             from specactor.policy.profiling import ensure_profile
-            from specactor.vllm_backend.profiling import measure_vllm
+            from specactor.vllm_backend.profiling import BUDGET_S, grid_for, measure_vllm
 
-            # vLLM's own start-up takes 10-30 s of the 120 s the verifier has to be ready in
             ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
-                           log=self.log, backend="vllm", measurer=measure_vllm, budget_s=45.0)
+                           log=self.log, backend="vllm", measurer=measure_vllm, budget_s=BUDGET_S,
+                           grid=grid_for(engine.max_draft))
         return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
     def on_closed(self) -> None:

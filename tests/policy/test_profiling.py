@@ -111,6 +111,23 @@ def test_another_backends_profile_is_measured_by_its_own_measurer_and_cached_apa
     assert len(calls) == 1  # cached
 
 
+def test_a_window_longer_than_the_cached_chunks_is_measured_again_and_a_shorter_one_is_not(
+        model, tiny_checkpoint: Path, cache: Path, events_file) -> None:
+    """A profile priced chunks up to its grid's longest; a longer window (vLLM's grid takes
+    window + 1) would be priced by extrapolation, so it is measured again over the longer grid,
+    while a window within the measured chunks keeps the cached file."""
+    path = _ensure(model, tiny_checkpoint)
+    longer = Grid(batch_sizes=TINY_GRID.batch_sizes, chunk_lens=(1, 2, 4, 6), context=16, repeats=1)
+    assert ensure_profile(model, tiny_checkpoint, dtype="float32", device="cpu", threads=1, grid=longer,
+                          announce=lambda _: None) == path
+    assert json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]
+    warnings = [e for e in events_file() if e["event"] == "policy.profile_unusable"]
+    assert len(warnings) == 1 and "chunks up to 4" in warnings[0]["error"] and "needs 6" in warnings[0]["error"]
+    assert _ensure(model, tiny_checkpoint) == path  # TINY_GRID's chunks are within: the cache is used
+    assert json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]
+    assert [e["cached"] for e in events_file() if e["event"] == "policy.profile"] == [False, False, True]
+
+
 @pytest.mark.parametrize("damage", ["not json", "half", "other key", "bad table"])
 def test_a_corrupt_cached_profile_is_measured_again_with_a_warning(model, tiny_checkpoint: Path, cache: Path,
                                                                    events_file, damage: str) -> None:
