@@ -8,6 +8,10 @@ set by EOS up to ``--max-tokens``):
 
 - ``vllm``: stock vLLM 0.32, no speculation (its own sampler; a separate process, unpatched);
 - ``vllm+ngram``: stock vLLM with its own ngram speculation (4 tokens, prompt lookup 2-4);
+- ``vllm+suffix``: stock vLLM with its suffix decoding (Arctic Inference's suffix trees over the
+  prompt and earlier outputs, vLLM's defaults: up to 24 tokens, sized by the match); needs
+  ``arctic-inference`` (``bash scripts/setup.sh --vllm-suffix``) and is left out, with a note,
+  when it is not installed;
 - ``vllm+keyed``: vLLM as specactor's verifier without drafts (``--backend vllm --mode
   autoregressive``): specactor's position-keyed sampler, so the same tokens as the next mode;
 - ``vllm+specactor``: vLLM verifying what specactor's drafters (ngram, suffix) propose under the
@@ -17,7 +21,7 @@ set by EOS up to ``--max-tokens``):
 Per mode: makespan, tokens/s, drafted/accepted, the time after half the samples finished (the
 tail), and whether its samples equal those of the mode it must match (``vllm+specactor`` against
 ``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor`` and
-``vllm+ngram`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
+``vllm+ngram``, ``vllm+suffix`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
 streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
 With ``--repeats R`` the modes run R times, interleaved, every second time in reverse order (this
 machine's speed drifts within minutes, and a run's speed depends on the one before it):
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
@@ -38,7 +43,13 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("vllm", "vllm+ngram", "vllm+keyed", "vllm+specactor", "torch", "torch+specactor")
+MODES = ("vllm", "vllm+ngram", "vllm+suffix", "vllm+keyed", "vllm+specactor", "torch", "torch+specactor")
+# stock vLLM, each in its own unpatched process, with its own speculative method or none
+STOCK_SPECULATION: dict[str, dict | None] = {
+    "vllm": None,
+    "vllm+ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+    "vllm+suffix": {"method": "suffix"},
+}
 
 
 def _workload(args: argparse.Namespace) -> tuple[list[list[int]], list[int]]:
@@ -76,8 +87,7 @@ def stock_worker(args: argparse.Namespace) -> dict:
     from specactor.seeds import sample_seed
 
     prompts, eos = _workload(args)
-    spec = ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-            if args.worker == "vllm+ngram" else None)
+    spec = STOCK_SPECULATION[args.worker]
     folder = str(resolve_model(None))
     llm = LLMEngine.from_engine_args(EngineArgs(model=folder, tokenizer=folder, dtype="float32", enforce_eager=True,
                                                 max_model_len=1024, max_num_seqs=len(prompts) * args.n, seed=0,
@@ -103,8 +113,18 @@ def stock_worker(args: argparse.Namespace) -> dict:
             if out.finished:
                 finish.append(time.perf_counter() - start)
     wall = time.perf_counter() - start
-    summary = _summary(finish, [len(t) for t in tokens.values()], wall, 0, 0, args.max_tokens)
+    drafted, accepted = _spec_counts(llm)
+    summary = _summary(finish, [len(t) for t in tokens.values()], wall, drafted, accepted, args.max_tokens)
     return {**summary, "token_ids": tokens}
+
+
+def _spec_counts(llm) -> tuple[int, int]:
+    """Draft tokens vLLM verified and accepted, from its own counters (0, 0 without speculation)."""
+    counts = {"vllm:spec_decode_num_draft_tokens": 0, "vllm:spec_decode_num_accepted_tokens": 0}
+    for metric in llm.get_metrics():
+        if metric.name in counts:
+            counts[metric.name] += int(getattr(metric, "value", 0))
+    return counts["vllm:spec_decode_num_draft_tokens"], counts["vllm:spec_decode_num_accepted_tokens"]
 
 
 async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict[str, list[int]]]:
@@ -138,7 +158,7 @@ def _compare(runs: dict[str, dict], tokens: dict[str, dict[str, list[int]]], tem
     # stock vLLM samples differently at T > 0; at T = 0 both are greedy and only numerics can differ
     pairs = [("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")]
     if temperature == 0:
-        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm")]
+        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm"), ("vllm+suffix", "vllm")]
     for fast, plain in pairs:
         if fast in tokens and plain in tokens:
             runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
@@ -179,7 +199,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=768, help="cap on a sample's length; EOS ends most before it")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="0: greedy, where every mode makes the same tokens")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
+    parser.add_argument("--modes", default=None,
+                        help=f"comma-separated, of {', '.join(MODES)} (default: all; vllm+suffix only where "
+                             "arctic-inference is installed)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
@@ -194,17 +216,23 @@ def main() -> None:
     from specactor.vllm_backend import require_vllm
 
     version = require_vllm()
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
+    if "vllm+suffix" in modes and importlib.util.find_spec("arctic_inference") is None:
+        how = "arctic-inference is not installed (bash scripts/setup.sh --vllm-suffix adds it)"
+        if args.modes:
+            parser.error(f"mode 'vllm+suffix' needs vLLM's suffix decoding: {how}")
+        print(f"leaving out vllm+suffix: {how}", flush=True)
+        modes.remove("vllm+suffix")
     repeats: list[dict[str, dict]] = []
     for repeat in range(args.repeats):
         runs: dict[str, dict] = {}
         tokens: dict[str, dict[str, list[int]]] = {}
         for mode in repeat_order(modes, repeat):  # ABBA: the modes take turns going first
             print(f"{mode} (repeat {repeat + 1} of {args.repeats}) ...", flush=True)
-            if mode in ("vllm", "vllm+ngram"):
+            if mode in STOCK_SPECULATION:
                 proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
                                        "--n", str(args.n), "--max-tokens", str(args.max_tokens),
                                        "--temperature", str(args.temperature)], capture_output=True, text=True)

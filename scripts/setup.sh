@@ -5,6 +5,10 @@
 #   bash scripts/setup.sh --dev    the same plus the test tools
 #   bash scripts/setup.sh --vllm   the same plus vLLM 0.32.0 (backend vllm; the CPU build where
 #                                  there is no GPU: ~130 MB download, ~3.5 GB installed)
+#   bash scripts/setup.sh --vllm-suffix
+#                                  the same as --vllm plus arctic-inference 0.3.0, which vLLM's own
+#                                  suffix decoding needs (bench/vllm_backend.py's vllm+suffix mode);
+#                                  built from source: needs a C++20 compiler, ~1 minute
 # (--dev and --vllm combine.)
 #
 # The environment goes to $SPECACTOR_VENV (default .venv). torch is installed
@@ -18,11 +22,13 @@ venv="${SPECACTOR_VENV:-.venv}"
 python="${PYTHON:-python3}"
 extras="humaneval"
 with_vllm=0
+with_suffix=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="dev" ;;
     --vllm) with_vllm=1 ;;
-    *) echo "specactor setup: unknown option $arg (use --dev, --vllm)" >&2; exit 2 ;;
+    --vllm-suffix) with_vllm=1; with_suffix=1 ;;
+    *) echo "specactor setup: unknown option $arg (use --dev, --vllm, --vllm-suffix)" >&2; exit 2 ;;
   esac
 done
 
@@ -56,5 +62,17 @@ if [[ "$with_vllm" == 1 ]]; then
     # `import vllm` fails while they are there; specactor uses none of them
     "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
+fi
+if [[ "$with_suffix" == 1 ]] && ! "$venv/bin/python" -c "import arctic_inference.suffix_decoding" 2>/dev/null; then
+  # Only a source distribution is on the index. Its build needs torch (the one installed above,
+  # hence no build isolation, which would pull another) and build tools kept out of the venv.
+  echo "specactor setup: building arctic-inference==0.3.0 (vLLM's suffix decoding)"
+  tools="$(mktemp -d)"
+  trap 'rm -rf "$tools"' EXIT
+  # (pip compares these with the venv's packages and reports conflicts that do not apply: logged)
+  "${pip[@]}" --target "$tools/lib" cmake ninja "nanobind==2.9.2" grpcio-tools "protobuf==5.29.6" setuptools wheel \
+    >"$tools/pip.log" 2>&1 || { cat "$tools/pip.log" >&2; exit 1; }
+  PYTHONPATH="$tools/lib" PATH="$tools/lib/bin:$PATH" \
+    "${pip[@]}" --no-build-isolation --no-deps "arctic-inference==0.3.0"
 fi
 echo "specactor setup: ready ($venv/bin/specactor)"
