@@ -1,0 +1,77 @@
+"""How many verify steps a rollout's samples would take if a drafter drafted on every step.
+
+    python bench/drafter_steps.py ROLLOUT.jsonl [--window 16] [--ids HumanEval/5,HumanEval/1]
+                                  [--out bench/results/drafter_steps.json]
+
+ROLLOUT.jsonl is what ``specactor rollout`` writes (any mode, any temperature). Under
+specactor's position-keyed sampling a draft token is accepted iff it equals the token the
+sample committed at that position, so replaying a sample's own tokens gives every drafter's
+exact acceptance, step by step: each step the drafter proposes up to ``--window`` tokens from
+the context so far, the matching prefix is committed with the verifier's own token, and so on
+to the end. The count of steps is what that drafter would need with no policy at all (drafting
+always, whatever the batch), against the ``verify_steps`` the rollout itself took; the
+difference is what the policy chose not to draft (or could not: it drafts only where the cost
+profile says a draft pays at the step's batch size).
+
+Drafters: specactor's ``ngram`` and ``suffix`` (on the sample's own prompt and output; the
+siblings and earlier epochs a live suffix drafter also reads are not replayed), and, where
+``arctic-inference`` is installed (``bash scripts/setup.sh --vllm-suffix``), Arctic Inference's
+suffix tree as vLLM's ``suffix`` method uses it (its defaults: depth 24, spec factor 1,
+minimum token probability 0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("rollout", type=Path, help="a `specactor rollout` output file (JSON lines)")
+    parser.add_argument("--window", type=int, default=16, help="the most tokens a draft may have")
+    parser.add_argument("--ids", default="", help="comma-separated prompt ids to replay (default: every one)")
+    parser.add_argument("--samples", default="0", help="comma-separated sample numbers of each prompt, or 'all'")
+    parser.add_argument("--out", default="bench/results/drafter_steps.json", help="where the JSON goes")
+    args = parser.parse_args()
+    if args.window < 1:
+        parser.error(f"--window must be at least 1 (got {args.window})")
+    if not args.rollout.is_file():
+        parser.error(f"no rollout file at {args.rollout}")
+    try:
+        rows = [json.loads(line) for line in args.rollout.read_text().splitlines() if line.strip()]
+        ids = {i for i in args.ids.split(",") if i}
+        samples = None if args.samples == "all" else {int(s) for s in args.samples.split(",") if s}
+    except ValueError as exc:
+        parser.error(f"cannot read {args.rollout} or --samples: {exc}")
+    rows = [r for r in rows if (not ids or r["id"] in ids) and (samples is None or r["sample"] in samples)]
+    if not rows:
+        parser.error("no sample of the rollout matches --ids / --samples")
+    from specactor.bench.replay import replay
+
+    drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "window": args.window, "drafters": drafters,
+                    "command": "python bench/drafter_steps.py " + " ".join(sys.argv[1:]), "samples": []}
+    print("| sample | tokens | rollout's verify steps | " + " | ".join(f"{d}: steps (accepted / drafted)"
+                                                              for d in drafters) + " |")
+    print("|---" * (3 + len(drafters)) + "|")
+    for row in rows:
+        entry = {"id": row["id"], "sample": row["sample"], "tokens": len(row["token_ids"]),
+                 "rollout_verify_steps": row.get("stats", {}).get("verify_steps")}
+        for drafter in drafters:
+            entry[drafter] = replay(row["prompt_ids"], row["token_ids"], drafter, args.window)
+        report["samples"].append(entry)
+        print(f"| {row['id']}#{row['sample']} | {entry['tokens']} | {entry['rollout_verify_steps']} | "
+              + " | ".join(f"{entry[d]['steps']} ({entry[d]['accepted']} / {entry[d]['drafted']})"
+                           for d in drafters) + " |", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

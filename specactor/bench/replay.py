@@ -1,0 +1,67 @@
+"""Replaying a sample's own tokens through a drafter that drafts on every step.
+
+Under specactor's position-keyed sampling a draft token is accepted iff it equals the token
+the sample committed at that position (at any temperature), so a finished sample's tokens give
+every drafter's exact acceptance, step by step, with no model run: what the drafter would have
+made of the sample with no policy deciding where drafts pay. ``bench/drafter_steps.py`` runs it
+on a rollout's output.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+#: drafters ``replay`` knows; "arctic" needs arctic-inference (vLLM's suffix decoding)
+DRAFTERS = ("ngram", "suffix", "arctic")
+
+Proposer = Callable[[list[int], int], list[int]]  # (committed output so far, window) -> draft
+
+
+def _specactor(name: str, prompt: list[int]) -> tuple[Proposer, Callable[[int, list[int]], None]]:
+    from specactor.drafters.base import DraftState
+    from specactor.drafters.ngram import NgramDrafter
+    from specactor.drafters.suffix import SuffixDrafter
+
+    drafter = NgramDrafter() if name == "ngram" else SuffixDrafter()
+    state = DraftState("replay", list(prompt), [])
+    drafter.start(state)
+
+    def commit(start: int, tokens: list[int]) -> None:
+        state.committed += tokens
+        drafter.observe(state, start, tokens)
+
+    return (lambda _out, window: drafter.propose([state], window)[0][:window]), commit
+
+
+def _arctic(prompt: list[int]) -> tuple[Proposer, Callable[[int, list[int]], None]]:
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    depth = 24
+    cache = SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=0)
+    cache.start_request("replay", list(prompt))
+
+    def propose(out: list[int], window: int) -> list[int]:
+        context = (list(prompt) + out)[-depth:]
+        return list(cache.speculate("replay", context, max_spec_tokens=window).token_ids)[:window]
+
+    return propose, lambda _start, tokens: cache.add_active_response("replay", tokens)
+
+
+def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int]:
+    """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
+    step of ``output`` (each step commits the matching prefix and the verifier's own token)."""
+    if drafter not in DRAFTERS:
+        raise ValueError(f"unknown drafter {drafter!r}: choose from {', '.join(DRAFTERS)}")
+    if window < 1:
+        raise ValueError(f"window must be at least 1 (got {window})")
+    propose, commit = _arctic(prompt) if drafter == "arctic" else _specactor(drafter, prompt)
+    t = steps = drafted = accepted = 0
+    while t < len(output):
+        draft = propose(output[:t], window)
+        ok = 0
+        while ok < len(draft) and t + ok < len(output) and draft[ok] == output[t + ok]:
+            ok += 1
+        new = output[t:t + min(ok + 1, len(output) - t)]
+        commit(t, new)
+        t, steps, drafted, accepted = t + len(new), steps + 1, drafted + len(draft), accepted + ok
+    return {"steps": steps, "drafted": drafted, "accepted": accepted}

@@ -1,0 +1,41 @@
+"""Replaying a sample through a drafter that drafts every step: the step count is consistent
+with what was committed for any tokens, and a sample that repeats itself is drafted through."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specactor.bench.replay import replay
+
+tokens = st.lists(st.integers(0, 20), max_size=60)
+drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=tokens.filter(bool), output=tokens, window=st.integers(1, 16), drafter=st.sampled_from(drafters))
+def test_every_step_commits_its_accepted_tokens_and_one_of_its_own(prompt, output, window, drafter) -> None:
+    got = replay(prompt, output, drafter, window)
+    assert got["accepted"] <= got["drafted"] <= got["steps"] * window
+    assert got["steps"] <= len(output)
+    # a step commits accepted + 1, except a last step whose draft ran to the sample's end
+    assert got["steps"] + got["accepted"] in (len(output), len(output) + 1)
+
+
+@pytest.mark.parametrize("drafter", drafters)
+def test_a_sample_that_repeats_itself_is_drafted_through(drafter) -> None:
+    loop = [5, 6, 7, 8, 9, 10, 11, 12]
+    output = loop * 12
+    got = replay([1, 2, 3] + loop, output, drafter, window=8)
+    assert got["steps"] <= len(output) // 4 and got["accepted"] >= 0.7 * len(output)
+    assert replay([1, 2, 3], list(range(100, 196)), drafter, window=8)["steps"] == 96  # nothing to match
+
+
+def test_an_unknown_drafter_or_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown drafter 'eagle'"):
+        replay([1], [2], "eagle", 4)
+    with pytest.raises(ValueError, match="window must be at least 1"):
+        replay([1], [2], "ngram", 0)
