@@ -34,7 +34,7 @@ def main() -> None:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("rollout", type=Path, help="a `specactor rollout` output file (JSON lines)")
     parser.add_argument("--window", type=int, default=16, help="the most tokens a draft may have")
-    parser.add_argument("--ids", default="", help="comma-separated prompt ids to replay (default: every one)")
+    parser.add_argument("--ids", default="", help="comma-separated prompt ids to replay; empty: every one")
     parser.add_argument("--samples", default="0", help="comma-separated sample numbers of each prompt, or 'all'")
     parser.add_argument("--out", default="bench/results/drafter_steps.json", help="where the JSON goes")
     args = parser.parse_args()

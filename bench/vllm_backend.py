@@ -103,7 +103,8 @@ def stock_worker(args: argparse.Namespace) -> dict:
             rid = f"p{i}#{s}"
             llm.add_request(rid, {"prompt_token_ids": prompt}, SamplingParams(
                 temperature=args.temperature, max_tokens=args.max_tokens, stop_token_ids=eos, ignore_eos=True,
-                seed=sample_seed(7, f"p{i}", s, 0), detokenize=False, output_kind=RequestOutputKind.DELTA))
+                seed=None if args.unseeded else sample_seed(7, f"p{i}", s, 0), detokenize=False,
+                output_kind=RequestOutputKind.DELTA))
             tokens[rid] = []
     finish: list[float] = []
     start = time.perf_counter()
@@ -206,6 +207,8 @@ def main() -> None:
                         help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
                         help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
+    parser.add_argument("--unseeded", action="store_true",
+                        help="stock vLLM modes: requests without a per-request seed (vLLM's own generator)")
     parser.add_argument("--out", default="bench/results/vllm_backend.json", help="where the JSON of every run goes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # a stock-vLLM run, in its own process
     args = parser.parse_args()
@@ -235,7 +238,8 @@ def main() -> None:
             if mode in STOCK_SPECULATION:
                 proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
                                        "--n", str(args.n), "--max-tokens", str(args.max_tokens),
-                                       "--temperature", str(args.temperature)], capture_output=True, text=True)
+                                       "--temperature", str(args.temperature)] + ["--unseeded"] * args.unseeded,
+                                      capture_output=True, text=True)
                 line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
                 if line is None:
                     raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
