@@ -200,9 +200,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=768, help="cap on a sample's length; EOS ends most before it")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="0: greedy, where every mode makes the same tokens")
-    parser.add_argument("--modes", default=None,
-                        help=f"comma-separated, of {', '.join(MODES)} (default: all; vllm+suffix only where "
-                             "arctic-inference is installed)")
+    parser.add_argument("--modes", default="",
+                        help=f"comma-separated, of {', '.join(MODES)}; empty: all of them (vllm+suffix only "
+                             "where arctic-inference is installed)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
