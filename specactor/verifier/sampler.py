@@ -70,11 +70,19 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return _fmix32(k ^ _fmix32((positions * 0x27D4EB2F + 0x165667B1) & _M32))
 
 
+#: The largest uniform: float32 rounds the top 24-bit value's ``(2**24 - 1 + 0.5) / 2**24`` up to
+#: exactly 1.0, whose Gumbel value ``-log(-log(1))`` is +inf: that token would win the argmax
+#: whatever its probability (and a truncated one, at -inf, would give NaN, which argmax also
+#: picks) at ~0.3% of sampled positions over a 49k vocabulary. Clamped to the largest float32
+#: below 1, which changes only that one value (its neighbour rounds to 1 - 2**-23).
+U_MAX = 1.0 - 2.0 ** -24
+
+
 def _gumbel_rows(keys: torch.Tensor, token_key: torch.Tensor) -> torch.Tensor:
-    """Gumbel noise [len(keys), V] from int32 row keys, computed in place.
+    """Gumbel noise [len(keys), V] from int32 row keys, computed in place; always finite.
 
     Bit-for-bit the finaliser of ``_fmix32_i32`` on ``keys ^ token_key``, then
-    24-bit uniforms, then ``-log(-log(u))``; in place so that a block of rows
+    24-bit uniforms in (0, 1), then ``-log(-log(u))``; in place so that a block of rows
     stays in cache instead of streaming several full-vocabulary temporaries.
     """
     x = keys[:, None] ^ token_key[None, :]
@@ -86,14 +94,14 @@ def _gumbel_rows(keys: torch.Tensor, token_key: torch.Tensor) -> torch.Tensor:
             x.mul_(mult)
     x.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)
     u = x.float()
-    return u.add_(0.5).mul_(1.0 / (1 << 24)).log_().neg_().log_().neg_()
+    return u.add_(0.5).mul_(1.0 / (1 << 24)).clamp_max_(U_MAX).log_().neg_().log_().neg_()
 
 
 def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """[R, vocab] uniforms in (0, 1), a pure function of (seed, position, token)."""
     keys = _as_i32(row_keys(seeds, positions))
     bits = _fmix32_i32(keys[:, None] ^ _token_key(vocab, seeds.device)[None, :])
-    return (((bits >> 8) & 0xFFFFFF).float() + 0.5) * (1.0 / (1 << 24))
+    return ((((bits >> 8) & 0xFFFFFF).float() + 0.5) * (1.0 / (1 << 24))).clamp_max_(U_MAX)
 
 
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:

@@ -94,3 +94,43 @@ def test_different_seeds_and_positions_give_different_noise() -> None:
     assert not torch.equal(g[0], g[1]) and not torch.equal(g[0], g[2])
     # noise is not correlated across tokens or rows
     assert abs(torch.corrcoef(g[:2])[0, 1].item()) < 0.1
+
+
+def _rows_hitting_the_top_uniform(vocab: int, wanted: int = 3) -> list[tuple[int, int]]:
+    """(row of seeds 0.., token) pairs whose 24-bit uniform is the largest one, 2**24 - 1
+    (about one row in 340 over a 49k vocabulary)."""
+    from specactor.verifier.sampler import _as_i32, _fmix32_i32, _token_key, row_keys
+
+    seeds = torch.arange(4096, dtype=torch.int64)
+    keys = _as_i32(row_keys(seeds, torch.zeros_like(seeds)))
+    found = []
+    for lo in range(0, len(seeds), 256):
+        bits = _fmix32_i32(keys[lo:lo + 256, None] ^ _token_key(vocab, seeds.device)[None, :])
+        rows, tokens = torch.nonzero(((bits >> 8) & 0xFFFFFF) == 0xFFFFFF, as_tuple=True)
+        found += [(lo + int(r), int(t)) for r, t in zip(rows, tokens)]
+        if len(found) >= wanted:
+            break
+    return found[:wanted]
+
+
+def test_the_largest_uniform_gives_finite_noise_and_does_not_pick_the_token() -> None:
+    """float32 rounds (2**24 - 1 + 0.5) / 2**24 to 1.0, whose Gumbel value is +inf: unclamped,
+    that token won the argmax whatever its probability (and, truncated, gave a NaN that argmax
+    also picks) at ~0.3% of sampled positions. The noise must stay finite, and a token the
+    model gives no chance must never be sampled, nor one that top-k removed."""
+    vocab = 49152
+    hits = _rows_hitting_the_top_uniform(vocab)
+    assert hits, "no (seed, token) with the largest uniform among 4096 seeds"
+    seeds = torch.tensor([s for s, _ in hits])
+    positions = torch.zeros_like(seeds)
+    noise = gumbel_noise(seeds, positions, vocab)
+    assert bool(torch.isfinite(noise).all()) and float(noise.max()) < 17.0
+    uniforms = uniform_noise(seeds, positions, vocab)
+    assert bool((uniforms < 1).all())
+    for seed, token in hits:
+        logits = torch.zeros(1, vocab)
+        logits[0, token] = -1e4  # no chance at all under the model
+        for top_k in (0, 5):
+            params = SamplingBatch.build([(1.0, top_k, 1.0, seed, 0)])
+            picked, logprob = sample(logits, params)
+            assert int(picked) != token and bool(torch.isfinite(logprob).all())
