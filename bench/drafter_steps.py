@@ -30,11 +30,13 @@ import time
 from pathlib import Path
 
 def main() -> None:
+    from specactor.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("rollout", type=Path, help="a `specactor rollout` output file (JSON lines)")
     parser.add_argument("--window", type=int, default=16, help="the most tokens a draft may have")
-    parser.add_argument("--ids", default="", help="comma-separated prompt ids to replay; empty: every one")
+    parser.add_argument("--ids", default=None, help="comma-separated prompt ids to replay (default: every one)")
     parser.add_argument("--samples", default="0", help="comma-separated sample numbers of each prompt, or 'all'")
     parser.add_argument("--out", default="bench/results/drafter_steps.json", help="where the JSON goes")
     args = parser.parse_args()
@@ -44,7 +46,7 @@ def main() -> None:
         parser.error(f"no rollout file at {args.rollout}")
     try:
         rows = [json.loads(line) for line in args.rollout.read_text().splitlines() if line.strip()]
-        ids = {i for i in args.ids.split(",") if i}
+        ids = {i for i in (args.ids or "").split(",") if i}
         samples = None if args.samples == "all" else {int(s) for s in args.samples.split(",") if s}
     except ValueError as exc:
         parser.error(f"cannot read {args.rollout} or --samples: {exc}")

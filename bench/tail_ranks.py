@@ -18,8 +18,10 @@ from pathlib import Path
 
 
 def main() -> None:
+    from specactor.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("rollouts", nargs="+", type=Path, help="`specactor rollout` output files (JSON lines)")
     parser.add_argument("--rank", type=int, default=1000, help="count tokens the model ranks here or beyond (0 = first)")
     args = parser.parse_args()

@@ -119,6 +119,20 @@ def stock_worker(args: argparse.Namespace) -> dict:
     return {**summary, "token_ids": tokens}
 
 
+def run_stock(mode: str, args: argparse.Namespace) -> dict:
+    """One stock-vLLM run of ``mode`` (a key of STOCK_SPECULATION) in its own unpatched process, on
+    ``args``' workload (prompts, n, max_tokens, temperature, unseeded): its summary and its token ids
+    per sample (``token_ids``)."""
+    proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
+                           "--n", str(args.n), "--max-tokens", str(args.max_tokens),
+                           "--temperature", str(args.temperature)] + ["--unseeded"] * args.unseeded,
+                          capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
 def _spec_counts(llm) -> tuple[int, int]:
     """Draft tokens vLLM verified and accepted, from its own counters (0, 0 without speculation)."""
     counts = {"vllm:spec_decode_num_draft_tokens": 0, "vllm:spec_decode_num_accepted_tokens": 0}
@@ -193,15 +207,17 @@ def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]
 
 
 def main() -> None:
+    from specactor.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--prompts", type=int, default=8, help="HumanEval problems")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt (a GRPO group)")
     parser.add_argument("--max-tokens", type=int, default=768, help="cap on a sample's length; EOS ends most before it")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="0: greedy, where every mode makes the same tokens")
-    parser.add_argument("--modes", default="",
-                        help=f"comma-separated, of {', '.join(MODES)}; empty: all of them (vllm+suffix only "
+    parser.add_argument("--modes", default=None,
+                        help=f"comma-separated, of {', '.join(MODES)} (default: all of them; vllm+suffix only "
                              "where arctic-inference is installed)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every mode this many times, interleaved; every second time in reverse order")
@@ -236,14 +252,7 @@ def main() -> None:
         for mode in repeat_order(modes, repeat):  # ABBA: the modes take turns going first
             print(f"{mode} (repeat {repeat + 1} of {args.repeats}) ...", flush=True)
             if mode in STOCK_SPECULATION:
-                proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
-                                       "--n", str(args.n), "--max-tokens", str(args.max_tokens),
-                                       "--temperature", str(args.temperature)] + ["--unseeded"] * args.unseeded,
-                                      capture_output=True, text=True)
-                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-                if line is None:
-                    raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-                runs[mode] = json.loads(line[len("RESULT "):])
+                runs[mode] = run_stock(mode, args)
                 tokens[mode] = runs[mode].pop("token_ids")
             else:
                 runs[mode], tokens[mode] = asyncio.run(specactor_run(args, mode))

@@ -21,7 +21,6 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,28 +29,18 @@ HERE = Path(__file__).resolve().parent
 
 
 def _backend_bench():
-    """bench/vllm_backend.py as a module: its workload and its stock-vLLM modes."""
+    """bench/vllm_backend.py as a module: its workload and its stock-vLLM runs."""
     spec = importlib.util.spec_from_file_location("vllm_backend_bench", HERE / "vllm_backend.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def stock_tokens(mode: str, args: argparse.Namespace) -> dict:
-    """One stock-vLLM run of ``mode`` in its own process: its summary and token ids per sample."""
-    proc = subprocess.run([sys.executable, str(HERE / "vllm_backend.py"), "--worker", mode,
-                           "--prompts", str(args.prompts), "--n", str(args.n),
-                           "--max-tokens", str(args.max_tokens), "--temperature", "1"] + ["--unseeded"] * args.unseeded,
-                          capture_output=True, text=True)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"{mode} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
-
-
 def main() -> None:
+    from specactor.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--prompts", type=int, default=24, help="HumanEval problems")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt")
     parser.add_argument("--max-tokens", type=int, default=256, help="cap on a sample's length")
@@ -71,6 +60,7 @@ def main() -> None:
         parser.error("mode 'vllm+suffix' needs arctic-inference (bash scripts/setup.sh --vllm-suffix adds it)")
     if min(args.prompts, args.n, args.max_tokens) < 1:
         parser.error("--prompts, --n and --max-tokens must be at least 1")
+    args.temperature = 1.0  # what is judged: the model's own distribution
 
     from specactor.bench.calibration import chi_square_p, power_against_a_shift, score
     from specactor.models import resolve_model
@@ -86,13 +76,17 @@ def main() -> None:
                     "modes": {}}
     for mode in modes:
         print(f"{mode} ...", flush=True)
-        run = stock_tokens(mode, args)
+        run = bench.run_stock(mode, args)
         samples = [(prompts[i], run["token_ids"][f"p{i}#{s}"]) for i in range(args.prompts) for s in range(args.n)]
         q, draws, wrong = score(model, samples, wrong_temperature=1.1)
+        try:
+            p_value = chi_square_p(q, draws)
+        except ValueError as exc:  # too few positions where the model is uncertain
+            raise SystemExit(f"{mode}: {exc}: give it more --prompts, --n or --max-tokens") from None
         row = {"positions": len(draws), "tokens_per_s": run["tokens_per_s"], "capped": run["capped"],
                "mean_length": round(sum(len(o) for _, o in samples) / len(samples), 1),
                "drafted": run["drafted"], "accepted": run["accepted"],
-               "p_value": chi_square_p(q, draws), "power_vs_2pct_shift": power_against_a_shift(q),
+               "p_value": p_value, "power_vs_2pct_shift": power_against_a_shift(q),
                "wrong_sampler_T1.1_p_value": chi_square_p(q, wrong),
                "bucket_share_observed": [round(float((draws == b).float().mean()), 4) for b in range(5)],
                "bucket_share_expected": [round(float(x), 4) for x in q.mean(0)]}

@@ -49,8 +49,10 @@ def _microseconds(text: str) -> list[float]:
 
 
 def main() -> None:
+    from specactor.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--batch", type=positive_int, default=9, help="rows per forward (the T=1 tail runs at 9-14)")
     parser.add_argument("--context", type=positive_int, default=512, help="cached tokens per row")
     parser.add_argument("--steps", type=positive_int, default=40, help="forwards per block")

@@ -9,9 +9,10 @@ from specactor import __version__
 from specactor.engine_flags import add_engine_arguments, positive_int
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """argparse's defaults in the help, except a None default: those options are resolved later
-    (per backend, per mode) and their help says how; "(default: None)" would contradict it."""
+    (per backend, per mode) and their help says how; "(default: None)" would contradict it.
+    The bench scripts under bench/ use it too."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         return action.help if action.default is None else super()._get_help_string(action)
@@ -105,7 +106,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "policy version every result carries), pause / resume, health and stats. Every bad call gets an error "
         "naming the problem; a client that disappears has its requests aborted; SIGTERM drains running requests "
         "(up to --drain-timeout), aborts the rest and delivers every result before exiting.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     serve.add_argument("--endpoint", default="tcp://127.0.0.1:5557",
                        help="ZeroMQ endpoint to bind (tcp://HOST:PORT, port 0 = any free port; ipc://PATH). "
@@ -168,7 +169,7 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
         "vLLM, on a GPU or its CPU build). "
         "Writes suite.json, suite.md and suite.png to --out.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     bench.add_argument("--quick", action="store_true",
                        help="2 prompts x 2 samples, 40 tokens, T=1 and 0 (under 3 minutes)")
@@ -206,7 +207,7 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
         "OUT.partial.jsonl as it finishes; when all are done, OUT gets them in input order. If any sample "
         "fails, nothing replaces OUT: every line goes to OUT.failed.jsonl, failed ones with their error, and "
         "--resume generates only the samples still missing.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     rollout.add_argument("--prompts", required=True,
                          help="JSON-lines file ({\"prompt\": ...} or {\"prompt_ids\": [...]}, optional id, n, "
