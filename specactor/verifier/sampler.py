@@ -78,6 +78,13 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 U_MAX = 1.0 - 2.0 ** -24
 
 
+def _uniforms_(bits: torch.Tensor) -> torch.Tensor:
+    """Hashed int32 ``bits`` (overwritten) -> float32 uniforms in (0, 1): their top 24 bits,
+    centred, clamped at U_MAX. The one place the noise's uniforms are made."""
+    u = bits.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF).float()
+    return u.add_(0.5).mul_(1.0 / (1 << 24)).clamp_max_(U_MAX)
+
+
 def _gumbel_rows(keys: torch.Tensor, token_key: torch.Tensor) -> torch.Tensor:
     """Gumbel noise [len(keys), V] from int32 row keys, computed in place; always finite.
 
@@ -92,16 +99,13 @@ def _gumbel_rows(keys: torch.Tensor, token_key: torch.Tensor) -> torch.Tensor:
         x.bitwise_xor_(t.bitwise_and_(mask))
         if mult is not None:
             x.mul_(mult)
-    x.bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)
-    u = x.float()
-    return u.add_(0.5).mul_(1.0 / (1 << 24)).clamp_max_(U_MAX).log_().neg_().log_().neg_()
+    return _uniforms_(x).log_().neg_().log_().neg_()
 
 
 def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """[R, vocab] uniforms in (0, 1), a pure function of (seed, position, token)."""
     keys = _as_i32(row_keys(seeds, positions))
-    bits = _fmix32_i32(keys[:, None] ^ _token_key(vocab, seeds.device)[None, :])
-    return ((((bits >> 8) & 0xFFFFFF).float() + 0.5) * (1.0 / (1 << 24))).clamp_max_(U_MAX)
+    return _uniforms_(_fmix32_i32(keys[:, None] ^ _token_key(vocab, seeds.device)[None, :]))
 
 
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
