@@ -17,8 +17,9 @@ after one warm-up. ``bench/cost_profile.py`` is its command line.
 
 :func:`ensure_profile` is what the engine calls where the model is loaded
 (the verifier's process, before it serves): the cached profile for this
-machine, else a quick one measured now (:data:`QUICK`, about 20-40 s for the
-default model on a 2-core CPU) and cached. The cache key is the model's folder
+machine, else a quick one measured now (:data:`QUICK`'s batch sizes, chunks up to the
+engine's window + 1 (:func:`grid_for`), about 20-40 s for the default model on a 2-core CPU)
+and cached. The cache key is the model's folder
 name, dtype, device, torch's thread count, the CPU model and torch's version
 (:func:`profile_key`); files live in ``<cache>/profiles/`` (see
 :func:`specactor.models.cache_dir`).
@@ -37,6 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 #: Bumped when what is measured changes, so that older cached profiles are re-measured.
@@ -53,6 +55,15 @@ class Grid:
 
 #: The start-up grid: small enough to take well under the actor system's 120 s ready timeout.
 QUICK = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), chunk_lens=(1, 2, 4, 8), context=256, repeats=2)
+
+def grid_for(window: int) -> Grid:
+    """The start-up grid with the engine's longest chunk (window + 1) measured too, and nothing
+    longer: the policy prices a long window from timings, not from a linear extrapolation past
+    chunk 8 (on the 2-core CPU that put our engine's chunk 17 6-19% above two timings of it at
+    batch 8-32; on vLLM a long window pays at small batches and not at large ones)."""
+    longest = max(window, 0) + 1
+    return replace(QUICK, chunk_lens=tuple(sorted({c for c in QUICK.chunk_lens if c < longest} | {longest})))
+
 
 #: Measuring stops after this many seconds (the batch sizes measured so far are kept: the
 #: cost model extrapolates beyond them); the verifier must acknowledge the directory within 120 s.

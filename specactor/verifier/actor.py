@@ -124,9 +124,10 @@ class VerifyActor(Actor):
                             eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
                             device=self.device, share_prompts=self.share_prompts)
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
-                from specactor.policy.profiling import ensure_profile
+                from specactor.policy.profiling import ensure_profile, grid_for
 
-                ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log)
+                ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
+                               grid=grid_for(self.window))
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
@@ -146,8 +147,8 @@ class VerifyActor(Actor):
                             threads=self.threads, prefix_caching=self.share_prompts)
         self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
         if self.profile:
-            from specactor.policy.profiling import ensure_profile
-            from specactor.vllm_backend.profiling import BUDGET_S, grid_for, measure_vllm
+            from specactor.policy.profiling import ensure_profile, grid_for
+            from specactor.vllm_backend.profiling import BUDGET_S, measure_vllm
 
             ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
                            log=self.log, backend="vllm", measurer=measure_vllm, budget_s=BUDGET_S,

@@ -23,26 +23,17 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import torch
 
-from specactor.policy.profiling import QUICK, Grid, cpu_model
+from specactor.policy.profiling import QUICK, cpu_model
 from specactor.protocol import SamplingParams
 from specactor.verifier.engine import Sequence
 
 
 #: Seconds vLLM's profile may take at start-up (vLLM's own start takes 10-30 s of the verifier's 120 s).
 BUDGET_S = 60.0
-
-
-def grid_for(max_draft: int) -> Grid:
-    """The start-up grid with the engine's longest chunk (window + 1) measured too: on vLLM a long
-    window pays at small batches and not at large ones, and the policy must price it from timings,
-    not from an extrapolation past chunk 8."""
-    longest = max_draft + 1  # and no longer: measure_vllm leaves those out, and the cache would never cover them
-    return replace(QUICK, chunk_lens=tuple(sorted({c for c in QUICK.chunk_lens if c < longest} | {longest})))
 
 
 def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,

@@ -12,8 +12,8 @@ import pytest
 from specactor.config import EngineConfig
 from specactor.policy import profiling
 from specactor.policy.cost_model import CostModel
-from specactor.policy.profiling import (Grid, ensure_profile, find_profile, measure, profile_key, profile_path,
-                                        resolve_profile)
+from specactor.policy.profiling import (QUICK, Grid, ensure_profile, find_profile, grid_for, measure, profile_key,
+                                        profile_path, resolve_profile)
 
 TINY_GRID = Grid(batch_sizes=(1, 2, 4), chunk_lens=(1, 2, 4), context=16, repeats=1)
 
@@ -191,8 +191,45 @@ async def test_the_policy_gets_this_machines_cached_profile(model, tiny_checkpoi
     path = ensure_profile(model, tiny_checkpoint, threads=torch.get_num_threads(), grid=TINY_GRID,
                           announce=lambda _: None)
     config = EngineConfig(model=str(tiny_checkpoint), mode="specactor", drafters=["ngram"], transport="inproc",
-                          processes=False, max_batch=2, max_len=64, profile=None)
+                          processes=False, max_batch=2, max_len=64, profile=None, window=3, k=3)  # chunk 4: cached
     async with RolloutEngine(config) as engine:
         await engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4, seed=0))
     used = [e for e in events_file() if e["event"] == "policy.profile" and e.get("actor") == "policy"]
     assert [e["path"] for e in used] == [str(path)]
+
+
+def test_the_start_up_grid_measures_the_window_s_own_chunk() -> None:
+    """The longest chunk a verify step feeds a row (window + 1) is timed, not extrapolated from
+    chunk 8; nothing longer is asked for (vLLM cannot verify it)."""
+    assert grid_for(16).chunk_lens == (1, 2, 4, 8, 17)
+    assert grid_for(8).chunk_lens == (1, 2, 4, 8, 9)
+    assert grid_for(3).chunk_lens == (1, 2, 4)
+    assert grid_for(0).chunk_lens == (1,)  # autoregressive: decode steps only
+    assert grid_for(16).batch_sizes == QUICK.batch_sizes
+
+
+async def test_our_engine_s_verifier_measures_its_window_s_chunk(tiny_checkpoint: Path, cache: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """On our engine as on vLLM, a window longer than the cached profile's chunks is measured again
+    at start-up, up to window + 1 tokens a row."""
+    import torch
+
+    from specactor.coordinator import RolloutEngine
+    from specactor.policy import profiling
+    from specactor.protocol import SamplingParams
+
+    grids = []
+    real = profiling.measure
+
+    def small(model, batch_sizes, chunk_lens, context, repeats, **kwargs):
+        grids.append(tuple(chunk_lens))
+        return real(model, (1, 2), chunk_lens, 16, 1, **kwargs)
+
+    monkeypatch.setattr(profiling, "measure", small)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="specactor", drafters=["ngram"], transport="inproc",
+                          processes=False, max_batch=2, max_len=64, profile=None, window=5)
+    async with RolloutEngine(config) as engine:
+        await engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4, seed=0))
+    assert grids == [(1, 2, 4, 6)]
+    path = find_profile(tiny_checkpoint, "float32", "cpu", torch.get_num_threads())
+    assert path is not None and json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]
