@@ -9,7 +9,7 @@ on a rollout's output.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 #: drafters ``replay`` knows; "arctic" needs arctic-inference (vLLM's suffix decoding)
 DRAFTERS = ("ngram", "suffix", "arctic")
@@ -47,21 +47,32 @@ def _arctic(prompt: list[int]) -> tuple[Proposer, Callable[[int, list[int]], Non
     return propose, lambda _start, tokens: cache.add_active_response("replay", tokens)
 
 
-def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int]:
-    """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
-    step of ``output`` (each step commits the matching prefix and the verifier's own token)."""
+def replay_steps(prompt: list[int], output: list[int], drafter: str,
+                 window: int) -> Iterator[tuple[int, list[int], int]]:
+    """Each step of ``drafter`` drafting up to ``window`` tokens on every step of ``output``:
+    (output position the draft starts at, the draft, how many of its tokens were right). The
+    step commits the right ones and the verifier's own token."""
     if drafter not in DRAFTERS:
         raise ValueError(f"unknown drafter {drafter!r}: choose from {', '.join(DRAFTERS)}")
     if window < 1:
         raise ValueError(f"window must be at least 1 (got {window})")
     propose, commit = _arctic(prompt) if drafter == "arctic" else _specactor(drafter, prompt)
-    t = steps = drafted = accepted = 0
+    t = 0
     while t < len(output):
         draft = propose(output[:t], window)
         ok = 0
         while ok < len(draft) and t + ok < len(output) and draft[ok] == output[t + ok]:
             ok += 1
+        yield t, draft, ok
         new = output[t:t + min(ok + 1, len(output) - t)]
         commit(t, new)
-        t, steps, drafted, accepted = t + len(new), steps + 1, drafted + len(draft), accepted + ok
+        t += len(new)
+
+
+def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int]:
+    """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
+    step of ``output`` (each step commits the matching prefix and the verifier's own token)."""
+    steps = drafted = accepted = 0
+    for _, draft, ok in replay_steps(prompt, output, drafter, window):
+        steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
     return {"steps": steps, "drafted": drafted, "accepted": accepted}

@@ -108,6 +108,13 @@ def uniform_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> t
     return _uniforms_(_fmix32_i32(keys[:, None] ^ _token_key(vocab, seeds.device)[None, :]))
 
 
+def token_uniforms(seeds: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """[R] the uniform of one token per row: ``uniform_noise(seeds, positions, vocab)[r, tokens[r]]``
+    without the full-vocabulary row (what a draft token's own noise says of its chances)."""
+    keys = _as_i32(row_keys(seeds, positions))
+    return _uniforms_(_fmix32_i32(keys ^ _token_key(vocab, seeds.device)[tokens]))
+
+
 def gumbel_noise(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """[R, vocab] Gumbel noise, a pure function of (seed, position, token)."""
     return _gumbel_rows(_as_i32(row_keys(seeds, positions)), _token_key(vocab, seeds.device))

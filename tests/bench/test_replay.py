@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specactor.bench.replay import replay
+from specactor.bench.replay import replay, replay_steps
 
 tokens = st.lists(st.integers(0, 20), max_size=60)
 drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
@@ -23,6 +23,22 @@ def test_every_step_commits_its_accepted_tokens_and_one_of_its_own(prompt, outpu
     assert got["steps"] <= len(output)
     # a step commits accepted + 1, except a last step whose draft ran to the sample's end
     assert got["steps"] + got["accepted"] in (len(output), len(output) + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompt=tokens.filter(bool), output=tokens, window=st.integers(1, 16), drafter=st.sampled_from(drafters))
+def test_each_step_starts_where_the_last_one_s_commits_ended(prompt, output, window, drafter) -> None:
+    """A step's draft is scored against the sample's own tokens from its start, and the next
+    step starts after the right ones and the verifier's own token; the totals are replay's."""
+    t = steps = drafted = accepted = 0
+    for start, draft, ok in replay_steps(prompt, output, drafter, window):
+        assert start == t and len(draft) <= window
+        assert draft[:ok] == output[start:start + ok]
+        assert ok == len(draft) or start + ok == len(output) or draft[ok] != output[start + ok]
+        t = min(start + ok + 1, len(output))
+        steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
+    assert t == len(output)
+    assert replay(prompt, output, drafter, window) == {"steps": steps, "drafted": drafted, "accepted": accepted}
 
 
 @pytest.mark.parametrize("drafter", drafters)

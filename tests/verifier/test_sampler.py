@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from specactor.verifier.sampler import SamplingBatch, gumbel_noise, sample, uniform_noise
+from specactor.verifier.sampler import SamplingBatch, gumbel_noise, sample, token_uniforms, uniform_noise
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 
@@ -87,6 +87,16 @@ def test_noise_depends_only_on_seed_position_token(seed, position, others, where
     batch = uniform_noise(torch.tensor([s for s, _ in rows]), torch.tensor([t for _, t in rows]), 500)
     assert torch.equal(batch[min(where, len(others))], alone)
     assert bool(((alone > 0) & (alone < 1)).all())
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 100_000), st.integers(0, 499)),
+                     min_size=1, max_size=8))
+def test_one_token_s_uniform_is_that_token_s_entry_of_the_full_row(rows) -> None:
+    """What a drafter reads of its own token's noise is exactly what the sampler uses."""
+    seeds, positions, tokens = (torch.tensor(column) for column in zip(*rows))
+    full = uniform_noise(seeds, positions, 500)
+    assert torch.equal(token_uniforms(seeds, positions, tokens, 500), full[torch.arange(len(rows)), tokens])
 
 
 def test_different_seeds_and_positions_give_different_noise() -> None:
