@@ -18,6 +18,11 @@ siblings and earlier epochs a live suffix drafter also reads are not replayed), 
 ``arctic-inference`` is installed (``bash scripts/setup.sh --vllm-suffix``), Arctic Inference's
 suffix tree as vLLM's ``suffix`` method uses it (its defaults: depth 24, spec factor 1,
 minimum token probability 0.1).
+
+A second table gives, per draft position k over all the samples replayed, the chance that draft
+token k is right given that the tokens before it were: one number for every k if acceptance
+were geometric (the policy's cost model assumes so), rising with k where a sample falls into
+repeating itself (a draft whose first tokens are right is then right to its end).
 """
 
 from __future__ import annotations
@@ -70,6 +75,19 @@ def main() -> None:
         print(f"| {row['id']}#{row['sample']} | {entry['tokens']} | {entry['rollout_verify_steps']} | "
               + " | ".join(f"{entry[d]['steps']} ({entry[d]['accepted']} / {entry[d]['drafted']})"
                            for d in drafters) + " |", flush=True)
+    # per draft position over every sample: the chance that token k is right given the ones
+    # before it were (a geometric acceptance model, the policy's, takes them all to be one p)
+    report["by_position"] = {}
+    print("\n| drafter | one p (right / reached) | " + " | ".join(f"k={k + 1}" for k in range(args.window))
+          + " |")
+    print("|---" * (2 + args.window) + "|")
+    for drafter in drafters:
+        reached = [sum(e[drafter]["reached"][k] for e in report["samples"]) for k in range(args.window)]
+        right = [sum(e[drafter]["right"][k] for e in report["samples"]) for k in range(args.window)]
+        report["by_position"][drafter] = {"reached": reached, "right": right}
+        pooled = sum(right) / sum(reached) if sum(reached) else 0.0
+        print(f"| {drafter} | {pooled:.2f} | " + " | ".join(
+            f"{r / n:.2f} ({n})" if n else "-" for r, n in zip(right, reached)) + " |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

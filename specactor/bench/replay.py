@@ -69,10 +69,17 @@ def replay_steps(prompt: list[int], output: list[int], drafter: str,
         t += len(new)
 
 
-def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int]:
+def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int | list[int]]:
     """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
-    step of ``output`` (each step commits the matching prefix and the verifier's own token)."""
+    step of ``output`` (each step commits the matching prefix and the verifier's own token); and,
+    per draft position k, how many drafts reached it (every token before it right, and the sample
+    not over) and how many had it right: ``right[k] / reached[k]`` is the chance that token k is
+    right given the ones before it were, which a geometric acceptance model takes to be one p."""
     steps = drafted = accepted = 0
-    for _, draft, ok in replay_steps(prompt, output, drafter, window):
+    reached, right = [0] * window, [0] * window
+    for start, draft, ok in replay_steps(prompt, output, drafter, window):
         steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
-    return {"steps": steps, "drafted": drafted, "accepted": accepted}
+        for k in range(min(ok + 1, len(draft), len(output) - start)):
+            reached[k] += 1
+            right[k] += k < ok
+    return {"steps": steps, "drafted": drafted, "accepted": accepted, "reached": reached, "right": right}

@@ -38,7 +38,12 @@ def test_each_step_starts_where_the_last_one_s_commits_ended(prompt, output, win
         t = min(start + ok + 1, len(output))
         steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
     assert t == len(output)
-    assert replay(prompt, output, drafter, window) == {"steps": steps, "drafted": drafted, "accepted": accepted}
+    got = replay(prompt, output, drafter, window)
+    assert (got["steps"], got["drafted"], got["accepted"]) == (steps, drafted, accepted)
+    # every accepted token is position k of a draft whose first k tokens were right
+    assert sum(got["right"]) == accepted
+    assert all(r <= n for r, n in zip(got["right"], got["reached"]))
+    assert all(later <= right for later, right in zip(got["reached"][1:], got["right"]))
 
 
 @pytest.mark.parametrize("drafter", drafters)
