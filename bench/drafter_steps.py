@@ -22,7 +22,10 @@ minimum token probability 0.1).
 A second table gives, per draft position k over all the samples replayed, the chance that draft
 token k is right given that the tokens before it were: one number for every k if acceptance
 were geometric (the policy's cost model assumes so), rising with k where a sample falls into
-repeating itself (a draft whose first tokens are right is then right to its end).
+repeating itself (a draft whose first tokens are right is then right to its end). A third
+splits the drafts by what the step before made of its own: after a draft right to its end, the
+next is right far more often than after a miss (the policy's per-request acceptance is one
+decayed rate, not conditioned on the last draft).
 """
 
 from __future__ import annotations
@@ -88,6 +91,20 @@ def main() -> None:
         pooled = sum(right) / sum(reached) if sum(reached) else 0.0
         print(f"| {drafter} | {pooled:.2f} | " + " | ".join(
             f"{r / n:.2f} ({n})" if n else "-" for r, n in zip(right, reached)) + " |")
+    # by what the step before made of its draft: a sample in a repeat stays in it
+    from specactor.bench.replay import OUTCOMES
+
+    labels = {"none": "no draft", "miss": "wrong from its first token", "partial": "partly right",
+              "full": "right to its end"}
+    report["after"] = {}
+    print("\n| drafter | " + " | ".join(f"after a draft {labels[o]}: share right (drafts)" if o != "none"
+                                        else "after no draft: share right (drafts)" for o in OUTCOMES) + " |")
+    print("|---" * (1 + len(OUTCOMES)) + "|")
+    for drafter in drafters:
+        after = {o: [sum(e[drafter]["after"][o][i] for e in report["samples"]) for i in range(3)] for o in OUTCOMES}
+        report["after"][drafter] = {o: dict(zip(("drafts", "drafted", "accepted"), c)) for o, c in after.items()}
+        print(f"| {drafter} | " + " | ".join(f"{c[2] / c[1]:.2f} ({c[0]})" if c[1] else "-"
+                                           for c in after.values()) + " |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

@@ -69,17 +69,33 @@ def replay_steps(prompt: list[int], output: list[int], drafter: str,
         t += len(new)
 
 
-def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict[str, int | list[int]]:
+#: what the step before a draft made of its own draft (``replay``'s ``after``)
+OUTCOMES = ("none", "miss", "partial", "full")
+
+
+def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict:
     """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
-    step of ``output`` (each step commits the matching prefix and the verifier's own token); and,
-    per draft position k, how many drafts reached it (every token before it right, and the sample
-    not over) and how many had it right: ``right[k] / reached[k]`` is the chance that token k is
-    right given the ones before it were, which a geometric acceptance model takes to be one p."""
+    step of ``output`` (each step commits the matching prefix and the verifier's own token); and
+    two views of acceptance that one per-token p (the cost model's) cannot give:
+
+    - ``reached[k]``, ``right[k]``: drafts whose tokens before position k were all right (and the
+      sample not over), and those that had k right too: the chance of token k given the ones
+      before it;
+    - ``after[outcome]``: [drafts, drafted, accepted] of the drafts that followed a step with no
+      draft, a draft wrong from its first token, one partly right, or one right to its end.
+    """
     steps = drafted = accepted = 0
     reached, right = [0] * window, [0] * window
+    after = {o: [0, 0, 0] for o in OUTCOMES}
+    last = "none"
     for start, draft, ok in replay_steps(prompt, output, drafter, window):
         steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
         for k in range(min(ok + 1, len(draft), len(output) - start)):
             reached[k] += 1
             right[k] += k < ok
-    return {"steps": steps, "drafted": drafted, "accepted": accepted, "reached": reached, "right": right}
+        if draft:
+            counts = after[last]
+            counts[0], counts[1], counts[2] = counts[0] + 1, counts[1] + len(draft), counts[2] + ok
+        last = "none" if not draft else "full" if ok == len(draft) else "partial" if ok else "miss"
+    return {"steps": steps, "drafted": drafted, "accepted": accepted, "reached": reached, "right": right,
+            "after": after}

@@ -44,6 +44,20 @@ def test_each_step_starts_where_the_last_one_s_commits_ended(prompt, output, win
     assert sum(got["right"]) == accepted
     assert all(r <= n for r, n in zip(got["right"], got["reached"]))
     assert all(later <= right for later, right in zip(got["reached"][1:], got["right"]))
+    # the drafts split by what came before them are all the drafts that had tokens
+    drafts = sum(1 for _, draft, _ in replay_steps(prompt, output, drafter, window) if draft)
+    assert sum(c[0] for c in got["after"].values()) == drafts
+    assert sum(c[1] for c in got["after"].values()) == drafted
+    assert sum(c[2] for c in got["after"].values()) == accepted
+
+
+def test_a_draft_after_one_right_to_its_end_is_counted_there() -> None:
+    """A sample that repeats itself: after the first draft that is right to its end, every
+    draft follows a full one and is right again."""
+    loop = [5, 6, 7, 8, 9, 10, 11, 12]
+    got = replay([1, 2, 3] + loop, loop * 12, "suffix", window=4)
+    drafts, drafted, accepted = got["after"]["full"]
+    assert drafts >= 15 and accepted >= drafted - 4  # only the last, cut by the sample's end, falls short
 
 
 @pytest.mark.parametrize("drafter", drafters)
