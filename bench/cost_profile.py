@@ -51,7 +51,8 @@ if __name__ == "__main__":
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,48,64")
-    parser.add_argument("--chunk-lens", default="1,2,4,8,16")
+    parser.add_argument("--chunk-lens", default="1,2,4,8,17",
+                        help="new tokens a row (a verify step feeds window + 1: 17 at the default window)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cost_profile.json"))
     args = parser.parse_args()

@@ -14,7 +14,8 @@ is rejected whatever it is), so it is measured: a rollout's samples are replayed
 that drafts every step (``specactor.bench.replay``; exact, since a draft token is accepted iff it
 is the committed one), and every draft token that was checked is binned by its own uniform.
 
-``--seed`` is the rollout's ``--seed`` (sample i of line X used the seed derived from it, X and i).
+``--seed`` is the rollout's ``--seed`` (sample i of line X used the seed derived from it, X and i;
+a prompt line that named a seed of its own used that one: run such lines apart, with that --seed).
 The script checks it: the committed tokens' mean uniform is above 0.5 when the seed is right
 (the noise helped pick them) and 0.5 when it is not, or when the rollout was greedy (T = 0, where
 the noise plays no part and this question does not arise).
@@ -44,48 +45,65 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=None, help="the model's vocabulary (default: the default model's)")
     parser.add_argument("--out", default="bench/results/noise_confidence.json", help="where the JSON goes")
     args = parser.parse_args()
+    if args.window < 1:
+        parser.error(f"--window must be at least 1 (got {args.window})")
     if not args.rollout.is_file():
         parser.error(f"no rollout file at {args.rollout}")
-    try:
-        rows = [json.loads(line) for line in args.rollout.read_text().splitlines() if line.strip()]
-    except ValueError as exc:
-        parser.error(f"cannot read {args.rollout}: {exc}")
+    rows = []
+    for number, line in enumerate(args.rollout.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.append((str(row["id"]), int(row["sample"]), list(row["prompt_ids"]), list(row["token_ids"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            parser.error(f"{args.rollout} line {number} is not a rollout sample (id, sample, prompt_ids, "
+                         f"token_ids): {exc!r}")
+    rows = [r for r in rows if r[3]]
     if not rows:
-        parser.error(f"{args.rollout} holds no samples")
+        parser.error(f"{args.rollout} holds no sample with tokens")
+
+    import importlib.util
 
     import torch
 
-    from specactor.bench.replay import replay_steps
+    from specactor.bench.replay import DRAFTERS, replay_steps
     from specactor.seeds import sample_seed
     from specactor.verifier.sampler import token_uniforms
 
+    if args.drafter not in DRAFTERS:
+        parser.error(f"unknown --drafter {args.drafter!r}: choose from {', '.join(DRAFTERS)}")
+    if args.drafter == "arctic" and importlib.util.find_spec("arctic_inference") is None:
+        parser.error("--drafter arctic needs arctic-inference (bash scripts/setup.sh --vllm-suffix)")
     vocab = args.vocab or _default_vocab()
+    largest = max(max(r[2] + r[3]) for r in rows)
+    if largest >= vocab:
+        parser.error(f"token id {largest} is outside a vocabulary of {vocab} (--vocab)")
+
+    # the seed first: with the wrong one every figure below would be noise
+    seeds = {(rid, sample): sample_seed(args.seed, rid, sample) for rid, sample, _, _ in rows}
     committed_u: list[float] = []
-    checked: list[tuple[float, bool]] = []  # (uniform, accepted) of every draft token that was checked
-    for row in rows:
-        out = row["token_ids"]
-        if not out:
-            continue
-        seed = sample_seed(args.seed, row["id"], row["sample"])
-        seeds = torch.full((len(out),), seed, dtype=torch.int64)
-        committed_u += token_uniforms(seeds, torch.arange(len(out)), torch.tensor(out), vocab).tolist()
-        positions, tokens, right = [], [], []
-        try:
-            for t, draft, ok in replay_steps(row["prompt_ids"], out, args.drafter, args.window):
-                n = min(ok + 1, len(draft), len(out) - t)  # the right ones and the first wrong one
-                positions += range(t, t + n)
-                tokens += draft[:n]
-                right += [j < ok for j in range(n)]
-        except ValueError as exc:
-            parser.error(str(exc))
-        if tokens:
-            u = token_uniforms(torch.full((len(tokens),), seed, dtype=torch.int64), torch.tensor(positions),
-                               torch.tensor(tokens), vocab)
-            checked += zip(u.tolist(), right)
+    for rid, sample, _, out in rows:
+        positions = torch.arange(len(out))
+        committed_u += token_uniforms(torch.full((len(out),), seeds[rid, sample], dtype=torch.int64), positions,
+                                      torch.tensor(out), vocab).tolist()
     mean_committed = sum(committed_u) / len(committed_u)
     if mean_committed < LEAST_COMMITTED_MEAN:
         sys.exit(f"the committed tokens' mean uniform is {mean_committed:.3f}, as if the noise played no part: "
                  f"--seed {args.seed} is not the rollout's seed, or it was sampled greedily (T=0)")
+
+    checked: list[tuple[float, bool]] = []  # (uniform, accepted) of every draft token that was checked
+    for rid, sample, prompt, out in rows:
+        positions, tokens, right = [], [], []
+        for t, draft, ok in replay_steps(prompt, out, args.drafter, args.window):
+            n = min(ok + 1, len(draft), len(out) - t)  # the right ones and the first wrong one
+            positions += range(t, t + n)
+            tokens += draft[:n]
+            right += [j < ok for j in range(n)]
+        if tokens:
+            u = token_uniforms(torch.full((len(tokens),), seeds[rid, sample], dtype=torch.int64),
+                               torch.tensor(positions), torch.tensor(tokens), vocab)
+            checked += zip(u.tolist(), right)
     if not checked:
         sys.exit(f"{args.drafter} drafted nothing on these samples")
 

@@ -9,7 +9,7 @@ on a rollout's output.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 #: drafters ``replay`` knows; "arctic" needs arctic-inference (vLLM's suffix decoding)
 DRAFTERS = ("ngram", "suffix", "arctic")
@@ -69,33 +69,44 @@ def replay_steps(prompt: list[int], output: list[int], drafter: str,
         t += len(new)
 
 
-#: what the step before a draft made of its own draft (``replay``'s ``after``)
+#: what the step before a draft made of its own draft (``tally``'s ``after``)
 OUTCOMES = ("none", "miss", "partial", "full")
 
 
-def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict:
-    """Steps, drafted and accepted tokens of ``drafter`` drafting up to ``window`` tokens on every
-    step of ``output`` (each step commits the matching prefix and the verifier's own token); and
-    two views of acceptance that one per-token p (the cost model's) cannot give:
+def tally(steps: Iterable[tuple[int, list[int], int]], length: int, window: int) -> dict:
+    """Steps, drafted and accepted tokens of replayed ``steps`` (``replay_steps``' (start, draft,
+    right) over a sample of ``length`` tokens), and two views of acceptance that one per-token p
+    (the cost model's) cannot give:
 
-    - ``reached[k]``, ``right[k]``: drafts whose tokens before position k were all right (and the
-      sample not over), and those that had k right too: the chance of token k given the ones
-      before it;
-    - ``after[outcome]``: [drafts, drafted, accepted] of the drafts that followed a step with no
-      draft, a draft wrong from its first token, one partly right, or one right to its end.
+    - ``reached[k]``, ``right[k]`` (k from 0): drafts that had a token k, with every token before
+      it right and the sample not over at it, and those whose token k was right too: the chance of
+      token k given the ones before it;
+    - ``after[outcome]``: [drafts, drafted, accepted] of the drafts (with tokens) that followed a
+      step with no draft (or none at all: a sample's first draft), a draft wrong from its first
+      token, one partly right, or one right to its end (a draft running past the sample's end
+      counts as right to its end if every token the sample had was right; its drafted tokens
+      past the end count in ``drafted``, as in the totals).
     """
-    steps = drafted = accepted = 0
+    count = drafted = accepted = 0
     reached, right = [0] * window, [0] * window
     after = {o: [0, 0, 0] for o in OUTCOMES}
     last = "none"
-    for start, draft, ok in replay_steps(prompt, output, drafter, window):
-        steps, drafted, accepted = steps + 1, drafted + len(draft), accepted + ok
-        for k in range(min(ok + 1, len(draft), len(output) - start)):
+    for start, draft, ok in steps:
+        count, drafted, accepted = count + 1, drafted + len(draft), accepted + ok
+        for k in range(min(ok + 1, len(draft), length - start)):
             reached[k] += 1
             right[k] += k < ok
         if draft:
-            counts = after[last]
-            counts[0], counts[1], counts[2] = counts[0] + 1, counts[1] + len(draft), counts[2] + ok
-        last = "none" if not draft else "full" if ok == len(draft) else "partial" if ok else "miss"
-    return {"steps": steps, "drafted": drafted, "accepted": accepted, "reached": reached, "right": right,
+            seen = after[last]
+            seen[0], seen[1], seen[2] = seen[0] + 1, seen[1] + len(draft), seen[2] + ok
+        last = "none" if not draft else "full" if ok == min(len(draft), length - start) else \
+            "partial" if ok else "miss"
+    return {"steps": count, "drafted": drafted, "accepted": accepted, "reached": reached, "right": right,
             "after": after}
+
+
+def replay(prompt: list[int], output: list[int], drafter: str, window: int) -> dict:
+    """``tally`` of ``drafter`` drafting up to ``window`` tokens on every step of ``output`` (each
+    step commits the matching prefix and the verifier's own token): its steps, drafted and
+    accepted tokens, and acceptance by draft position and by the draft before."""
+    return tally(replay_steps(prompt, output, drafter, window), len(output), window)

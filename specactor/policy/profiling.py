@@ -36,9 +36,8 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 #: Bumped when what is measured changes, so that older cached profiles are re-measured.
@@ -56,11 +55,15 @@ class Grid:
 #: The start-up grid: small enough to take well under the actor system's 120 s ready timeout.
 QUICK = Grid(batch_sizes=(1, 2, 4, 8, 16, 32), chunk_lens=(1, 2, 4, 8), context=256, repeats=2)
 
+
 def grid_for(window: int) -> Grid:
     """The start-up grid with the engine's longest chunk (window + 1) measured too, and nothing
     longer: the policy prices a long window from timings, not from a linear extrapolation past
     chunk 8 (on the 2-core CPU that put our engine's chunk 17 6-19% above two timings of it at
-    batch 8-32; on vLLM a long window pays at small batches and not at large ones)."""
+    batch 8-32; on vLLM a long window pays at small batches and not at large ones). Nothing
+    longer, because vLLM cannot verify it (and a cache checked against it would never do); so a
+    window below 7 caches a profile without chunk 8, which a later run with a longer window
+    measures again."""
     longest = max(window, 0) + 1
     return replace(QUICK, chunk_lens=tuple(sorted({c for c in QUICK.chunk_lens if c < longest} | {longest})))
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specactor.bench.replay import replay, replay_steps
+from specactor.bench.replay import replay, replay_steps, tally
 
 tokens = st.lists(st.integers(0, 20), max_size=60)
 drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
@@ -49,6 +49,23 @@ def test_each_step_starts_where_the_last_one_s_commits_ended(prompt, output, win
     assert sum(c[0] for c in got["after"].values()) == drafts
     assert sum(c[1] for c in got["after"].values()) == drafted
     assert sum(c[2] for c in got["after"].values()) == accepted
+
+
+def test_the_tally_of_hand_made_steps() -> None:
+    """Every count, on steps worked out by hand (a 12-token sample, window 3)."""
+    steps = [(0, [], 0),           # no draft: commits 1
+             (1, [7, 7, 7], 0),    # after none: a miss, commits 1
+             (2, [5, 6, 7], 2),    # after a miss: partly right, commits 3
+             (5, [1, 2, 3], 3),    # after a partial: right to its end, commits 4
+             (9, [4, 5, 6], 3)]    # after a full: right to the sample's end (3 of 3 left)
+    got = tally(steps, 12, 3)
+    assert (got["steps"], got["drafted"], got["accepted"]) == (5, 12, 8)
+    assert got["reached"] == [4, 3, 3] and got["right"] == [3, 3, 2]
+    assert got["after"] == {"none": [1, 3, 0], "miss": [1, 3, 2], "partial": [1, 3, 3], "full": [1, 3, 3]}
+    # a draft cut by the sample's end: positions past it are not reached, and it counts as full
+    end = tally([(10, [4, 5, 6], 2), (11, [9], 0)], 12, 3)
+    assert end["reached"] == [2, 1, 0] and end["right"] == [1, 1, 0]
+    assert end["after"]["full"] == [1, 1, 0]
 
 
 def test_a_draft_after_one_right_to_its_end_is_counted_there() -> None:

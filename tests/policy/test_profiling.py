@@ -208,7 +208,7 @@ def test_the_start_up_grid_measures_the_window_s_own_chunk() -> None:
     assert grid_for(16).batch_sizes == QUICK.batch_sizes
 
 
-async def test_our_engine_s_verifier_measures_its_window_s_chunk(tiny_checkpoint: Path, cache: Path,
+async def test_our_engine_s_verifier_measures_its_window_s_chunk(model, tiny_checkpoint: Path, cache: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """On our engine as on vLLM, a window longer than the cached profile's chunks is measured again
     at start-up, up to window + 1 tokens a row."""
@@ -218,6 +218,9 @@ async def test_our_engine_s_verifier_measures_its_window_s_chunk(tiny_checkpoint
     from specactor.policy import profiling
     from specactor.protocol import SamplingParams
 
+    cached = ensure_profile(model, tiny_checkpoint, threads=torch.get_num_threads(), grid=TINY_GRID,
+                            announce=lambda _: None)
+    assert json.loads(cached.read_text())["chunk_lens"] == [1, 2, 4]  # too short for window 5
     grids = []
     real = profiling.measure
 
@@ -230,6 +233,6 @@ async def test_our_engine_s_verifier_measures_its_window_s_chunk(tiny_checkpoint
                           processes=False, max_batch=2, max_len=64, profile=None, window=5)
     async with RolloutEngine(config) as engine:
         await engine.generate([[1, 2, 3]], SamplingParams(max_tokens=4, seed=0))
-    assert grids == [(1, 2, 4, 6)]
+    assert grids == [(1, 2, 4, 6)]  # measured again, over the window's chunk
     path = find_profile(tiny_checkpoint, "float32", "cpu", torch.get_num_threads())
-    assert path is not None and json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]
+    assert path == cached and json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]

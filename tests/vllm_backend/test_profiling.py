@@ -41,8 +41,8 @@ def test_a_busy_engine_is_not_profiled(setup) -> None:
 
 
 def test_the_start_up_grid_measures_the_engine_s_longest_chunk(setup) -> None:
-    """The window's own chunk (window + 1) is timed, not extrapolated from chunk 8: at window 16
-    the grid holds 17; chunks the engine cannot verify are not asked for."""
+    """The window's own chunk (window + 1) is timed, not extrapolated from chunk 8, and vLLM's
+    measurement covers the whole grid, so the next start finds the cached profile usable."""
     vllm, _, _ = setup
     grid = grid_for(vllm.max_draft)
     profile = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=grid.chunk_lens, context=16, repeats=1)
