@@ -50,14 +50,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.window < 1:
         parser.error(f"--window must be at least 1 (got {args.window})")
-    if not args.rollout.is_file():
-        parser.error(f"no rollout file at {args.rollout}")
+    from specactor.bench.replay import load_rollout
+
     try:
-        rows = [json.loads(line) for line in args.rollout.read_text().splitlines() if line.strip()]
+        rows = load_rollout(args.rollout)
         ids = {i for i in (args.ids or "").split(",") if i}
         samples = None if args.samples == "all" else {int(s) for s in args.samples.split(",") if s}
     except ValueError as exc:
-        parser.error(f"cannot read {args.rollout} or --samples: {exc}")
+        parser.error(f"cannot read the rollout or --samples: {exc}")
     rows = [r for r in rows if (not ids or r["id"] in ids) and (samples is None or r["sample"] in samples)]
     if not rows:
         parser.error("no sample of the rollout matches --ids / --samples")
@@ -71,7 +71,7 @@ def main() -> None:
     print("|---" * (3 + len(drafters)) + "|")
     for row in rows:
         entry = {"id": row["id"], "sample": row["sample"], "tokens": len(row["token_ids"]),
-                 "rollout_verify_steps": row.get("stats", {}).get("verify_steps")}
+                 "rollout_verify_steps": row["stats"].get("verify_steps")}
         for drafter in drafters:
             entry[drafter] = replay(row["prompt_ids"], row["token_ids"], drafter, args.window)
         report["samples"].append(entry)

@@ -47,18 +47,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.window < 1:
         parser.error(f"--window must be at least 1 (got {args.window})")
-    if not args.rollout.is_file():
-        parser.error(f"no rollout file at {args.rollout}")
-    rows = []
-    for number, line in enumerate(args.rollout.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            rows.append((str(row["id"]), int(row["sample"]), list(row["prompt_ids"]), list(row["token_ids"])))
-        except (ValueError, KeyError, TypeError) as exc:
-            parser.error(f"{args.rollout} line {number} is not a rollout sample (id, sample, prompt_ids, "
-                         f"token_ids): {exc!r}")
+    from specactor.bench.replay import load_rollout
+
+    try:
+        rows = [(r["id"], r["sample"], r["prompt_ids"], r["token_ids"]) for r in load_rollout(args.rollout)]
+    except ValueError as exc:
+        parser.error(str(exc))
     rows = [r for r in rows if r[3]]
     if not rows:
         parser.error(f"{args.rollout} holds no sample with tokens")

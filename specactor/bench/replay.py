@@ -9,12 +9,34 @@ on a rollout's output.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 #: drafters ``replay`` knows; "arctic" needs arctic-inference (vLLM's suffix decoding)
 DRAFTERS = ("ngram", "suffix", "arctic")
 
 Proposer = Callable[[list[int], int], list[int]]  # (committed output so far, window) -> draft
+
+
+def load_rollout(path: str | Path) -> list[dict]:
+    """The samples of a ``specactor rollout`` output file (JSON lines with id, sample, prompt_ids and
+    token_ids); ValueError naming the file and line of anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no rollout file at {path}")
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.append({"id": str(row["id"]), "sample": int(row["sample"]), "prompt_ids": list(row["prompt_ids"]),
+                         "token_ids": list(row["token_ids"]), "stats": row.get("stats") or {}})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path} line {number} is not a rollout sample (id, sample, prompt_ids, token_ids): "
+                             f"{exc!r}") from None
+    return rows
 
 
 def _specactor(name: str, prompt: list[int]) -> tuple[Proposer, Callable[[int, list[int]], None]]:

@@ -91,3 +91,22 @@ def test_an_unknown_drafter_or_window_is_refused() -> None:
         replay([1], [2], "eagle", 4)
     with pytest.raises(ValueError, match="window must be at least 1"):
         replay([1], [2], "ngram", 0)
+
+
+def test_a_rollout_file_is_read_and_a_bad_one_named(tmp_path) -> None:
+    """What the replay scripts read: a rollout's samples, or an error naming the file and line."""
+    from specactor.bench.replay import load_rollout
+
+    good = tmp_path / "rollout.jsonl"
+    good.write_text('{"id": "a", "sample": 1, "prompt_ids": [1, 2], "token_ids": [3], "stats": {"verify_steps": 1}}\n'
+                    '\n{"id": "b", "sample": 0, "prompt_ids": [4], "token_ids": []}\n')
+    rows = load_rollout(good)
+    assert [(r["id"], r["sample"], r["prompt_ids"], r["token_ids"]) for r in rows] == [("a", 1, [1, 2], [3]),
+                                                                                       ("b", 0, [4], [])]
+    assert rows[0]["stats"] == {"verify_steps": 1} and rows[1]["stats"] == {}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "sample": 0, "prompt_ids": [1], "token_ids": [2]}\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not a rollout sample.*'sample'"):
+        load_rollout(bad)
+    with pytest.raises(ValueError, match="no rollout file at"):
+        load_rollout(tmp_path / "missing.jsonl")
