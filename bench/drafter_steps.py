@@ -31,7 +31,6 @@ decayed rate, not conditioned on the last draft).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -61,9 +60,11 @@ def main() -> None:
     rows = [r for r in rows if (not ids or r["id"] in ids) and (samples is None or r["sample"] in samples)]
     if not rows:
         parser.error("no sample of the rollout matches --ids / --samples")
-    from specactor.bench.replay import replay
+    from specactor.bench.replay import DRAFTERS, replay
 
-    drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
+    from specactor.vllm_backend import suffix_decoding_missing
+
+    drafters = [d for d in DRAFTERS if d != "arctic" or not suffix_decoding_missing()]
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "window": args.window, "drafters": drafters,
                     "command": "python bench/drafter_steps.py " + " ".join(sys.argv[1:]), "samples": []}
     print("| sample | tokens | rollout's verify steps | " + " | ".join(f"{d}: steps (accepted / drafted)"

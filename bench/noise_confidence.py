@@ -57,18 +57,18 @@ def main() -> None:
     if not rows:
         parser.error(f"{args.rollout} holds no sample with tokens")
 
-    import importlib.util
-
     import torch
 
     from specactor.bench.replay import DRAFTERS, replay_steps
     from specactor.seeds import sample_seed
     from specactor.verifier.sampler import token_uniforms
+    from specactor.vllm_backend import suffix_decoding_missing
 
     if args.drafter not in DRAFTERS:
         parser.error(f"unknown --drafter {args.drafter!r}: choose from {', '.join(DRAFTERS)}")
-    if args.drafter == "arctic" and importlib.util.find_spec("arctic_inference") is None:
-        parser.error("--drafter arctic needs arctic-inference (bash scripts/setup.sh --vllm-suffix)")
+    missing = suffix_decoding_missing() if args.drafter == "arctic" else None
+    if missing:
+        parser.error(f"--drafter arctic: {missing}")
     vocab = args.vocab or _default_vocab()
     largest = max(max(r[2] + r[3]) for r in rows)
     if largest >= vocab:

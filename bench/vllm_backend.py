@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import statistics
@@ -232,15 +231,15 @@ def main() -> None:
         print("RESULT " + json.dumps(stock_worker(args)), flush=True)
         return
     from specactor.bench.suite import repeat_order
-    from specactor.vllm_backend import require_vllm
+    from specactor.vllm_backend import require_vllm, suffix_decoding_missing
 
     version = require_vllm()
     modes = [m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(MODES)}")
-    if "vllm+suffix" in modes and importlib.util.find_spec("arctic_inference") is None:
-        how = "arctic-inference is not installed (bash scripts/setup.sh --vllm-suffix adds it)"
+    how = suffix_decoding_missing()
+    if "vllm+suffix" in modes and how:
         if args.modes:
             parser.error(f"mode 'vllm+suffix' needs vLLM's suffix decoding: {how}")
         print(f"leaving out vllm+suffix: {how}", flush=True)

@@ -56,8 +56,11 @@ def main() -> None:
     unknown = [m for m in modes if m not in bench.STOCK_SPECULATION]
     if unknown:
         parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(bench.STOCK_SPECULATION)}")
-    if "vllm+suffix" in modes and importlib.util.find_spec("arctic_inference") is None:
-        parser.error("mode 'vllm+suffix' needs arctic-inference (bash scripts/setup.sh --vllm-suffix adds it)")
+    from specactor.vllm_backend import suffix_decoding_missing
+
+    how = suffix_decoding_missing()
+    if "vllm+suffix" in modes and how:
+        parser.error(f"mode 'vllm+suffix' needs vLLM's suffix decoding: {how}")
     if min(args.prompts, args.n, args.max_tokens) < 1:
         parser.error("--prompts, --n and --max-tokens must be at least 1")
     args.temperature = 1.0  # what is judged: the model's own distribution

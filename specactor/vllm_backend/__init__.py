@@ -21,6 +21,16 @@ from __future__ import annotations
 VLLM_VERSION = "0.32.0"
 
 
+def suffix_decoding_missing() -> str | None:
+    """Why vLLM's suffix decoding (Arctic Inference's suffix tree, which the ``vllm+suffix`` bench
+    mode and the ``arctic`` replay drafter use) cannot run here, or None when it can."""
+    import importlib.util
+
+    if importlib.util.find_spec("arctic_inference") is None:
+        return "arctic-inference is not installed (bash scripts/setup.sh --vllm-suffix adds it)"
+    return None
+
+
 def require_vllm() -> str:
     """The installed vLLM's version if it is the one the patch fits; else a RuntimeError that says
     what to do. Reads the package metadata: importing vLLM takes seconds."""

@@ -3,16 +3,16 @@ with what was committed for any tokens, and a sample that repeats itself is draf
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specactor.bench.replay import replay, replay_steps, tally
+from specactor.bench.replay import DRAFTERS, replay, replay_steps, tally
+from specactor.vllm_backend import suffix_decoding_missing
 
 tokens = st.lists(st.integers(0, 20), max_size=60)
-drafters = ["ngram", "suffix"] + (["arctic"] if importlib.util.find_spec("arctic_inference") else [])
+drafters = [d for d in DRAFTERS if d != "arctic" or not suffix_decoding_missing()]
 
 
 @settings(max_examples=60, deadline=None)
