@@ -14,7 +14,13 @@ simulator draws accepted lengths from the truncated geometric law the cost
 model assumes, with its own seeded generator, so two policies run on the same
 seed see the same workload. A request with several methods commits the best
 of their drafts when racing (all verified, at the cost of their tokens), and
-the primary's otherwise (the others are only scored: full information).
+the longest draft's otherwise, the primary's on a tie (the others are only
+scored: full information), as the verifier does.
+
+A request is anything with ``request_id``, ``length``, ``draft`` and ``commit``
+(:class:`SimRequest` here; :class:`specactor.bench.replay_workload.ReplayRequest`
+replays a finished rollout's own tokens through the real drafters, whose
+acceptance is not geometric).
 """
 
 from __future__ import annotations
@@ -40,6 +46,21 @@ class SimRequest:
         if self.switch_at is not None and committed >= self.switch_at:
             return self.acceptance_after.get(method, 0.0)
         return self.acceptance.get(method, 0.0)
+
+    def draft(self, method: str, committed: int, window: int, rng: random.Random) -> tuple[int, int]:
+        """(drafted, accepted) of ``method``'s draft of ``window`` tokens after ``committed`` tokens."""
+        return window, accepted_length(rng, self.p(method, committed), window)
+
+    def commit(self, committed: int, tokens: int) -> None:
+        """The step committed ``tokens`` after ``committed``: nothing to remember here."""
+
+
+class Request(Protocol):
+    request_id: str
+    length: int
+
+    def draft(self, method: str, committed: int, window: int, rng: random.Random) -> tuple[int, int]: ...
+    def commit(self, committed: int, tokens: int) -> None: ...
 
 
 class Policy(Protocol):
@@ -110,6 +131,14 @@ class SimResult:
     def tokens_per_s(self) -> float:
         return self.tokens / self.makespan_s if self.makespan_s else 0.0
 
+    @property
+    def phases(self) -> tuple[float, float]:
+        """(phase 1, phase 2) seconds, as ``specactor bench`` splits a run: until half the requests
+        finished (large batch), and the rest (the tail)."""
+        ends = sorted(self.finish_s.values())
+        half = ends[len(ends) // 2 - 1] if len(ends) > 1 else 0.0
+        return half, self.makespan_s - half
+
 
 def accepted_length(rng: random.Random, p: float, window: int) -> int:
     """Draw from the truncated geometric law: P(a) = p^a (1-p) for a < w."""
@@ -129,7 +158,7 @@ class Simulator:
         self.plan_every = max(1, plan_every)
         self.lag = max(0, lag)
 
-    def run(self, requests: list[SimRequest], policy: Policy, max_steps: int = 100_000) -> SimResult:
+    def run(self, requests: list[Request], policy: Policy, max_steps: int = 100_000) -> SimResult:
         rng = random.Random(self.seed)
         committed = {r.request_id: 0 for r in requests}
         by_id = {r.request_id: r for r in requests}
@@ -137,6 +166,7 @@ class Simulator:
             policy.add_request(r.request_id)
         learner = getattr(policy, "cost", None)
         learner = learner if isinstance(learner, CostModel) and learner is not self.cost else None
+        offer = getattr(policy, "observe_offer", None)
         clock, steps, choices, finish = 0.0, 0, [], {}
         plan: dict[str, Choice] = {}
         pending: list[tuple[int, dict[str, Choice]]] = []  # (step it takes effect, plan)
@@ -146,15 +176,22 @@ class Simulator:
                 pending.append((steps + self.lag, policy.plan(batch, step=steps)))
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
+            # every method's draft, scored against what the request commits; a shadowed request (window 0)
+            # has one committed token score its drafts' first
+            drafts = {rid: [by_id[rid].draft(m, done, c.window or 1, rng) for m in c.methods]
+                      for rid, done in committed.items() for c in [plan.get(rid) or Choice([], 0, True)]}
             fed = rows = 0
             drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
             decoupled = True
             for rid in committed:
                 choice = plan.get(rid) or Choice([], 0, True)
                 decoupled &= choice.decoupled
-                # racing verifies every draft; otherwise the verifier takes one (the longest)
-                fed += 1 + choice.window * (len(choice.methods) if choice.race else min(len(choice.methods), 1))
-                rows += bool(choice.methods and choice.window)
+                if choice.window:  # racing verifies every draft; otherwise the verifier takes the longest
+                    lengths = [d for d, _ in drafts[rid]]
+                    verified = sum(lengths) if choice.race else max(lengths, default=0)
+                    fed += verified
+                    rows += verified > 0
+                fed += 1
                 for m in choice.methods:
                     n, w = drafting.get(m, (0, 0))
                     drafting[m] = (n + 1, max(w, choice.window))
@@ -167,16 +204,16 @@ class Simulator:
                 req, done = by_id[rid], committed[rid]
                 choice = plan.get(rid) or Choice([], 0, True)
                 choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))
-                best = 0
-                for i, m in enumerate(choice.methods):  # every draft is scored against the committed tokens
-                    if not choice.window:  # shadowed: one committed token scores the draft's first
-                        policy.observe(rid, m, 1, accepted_length(rng, req.p(m, done), 1))
-                        continue
-                    a = accepted_length(rng, req.p(m, done), choice.window)
-                    policy.observe(rid, m, choice.window, a)
-                    if choice.race or i == 0:  # without racing, one draft is verified: the primary's
-                        best = max(best, a)
+                best, longest = 0, 0
+                for m, (drafted, accepted) in zip(choice.methods, drafts[rid]):
+                    if offer is not None:
+                        offer(rid, m, drafted > 0)
+                    policy.observe(rid, m, drafted, accepted)
+                    if choice.window and (choice.race or drafted > longest):
+                        best = max(best, accepted) if choice.race else accepted
+                        longest = max(longest, drafted)
                 gained = min(best + 1, req.length - done)
+                req.commit(done, gained)
                 committed[rid] = done + gained
                 policy.observe_commit(rid, gained)
                 if committed[rid] >= req.length:

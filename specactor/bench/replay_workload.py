@@ -1,0 +1,139 @@
+"""A finished rollout as the policy simulator's workload: its own tokens replayed through the real drafters.
+
+The simulator's own requests draw accepted lengths from the geometric law the cost model assumes,
+which is not what drafters do (a suffix drafter's first token is right 38% of the time at T=0,
+its next ones 84-100% once it is in a run; ``bench/drafter_steps.py``). Under specactor's
+position-keyed sampling a draft token is accepted iff it equals the token the sample committed at
+that position, at any temperature, so a rollout's output gives every draft's exact verdict with
+no model run: a policy can be run on the real acceptance process, step by step, and two policies
+compared on the same workload without the machine's noise (the step times come from a cost
+profile). One drafter per method serves every request, as the drafter actors do, so a suffix
+drafter sees the sibling samples in flight and the ones that finished. What it leaves out: the
+decoupled drafters' lookahead (drafts here are always made on the committed prefix), prefill,
+and drafting time beyond the cost model's.
+
+A *clairvoyant* request feeds, each step, the longest right prefix of any of its methods' drafts
+and no wrong token: every token these drafters get right, known in advance, which is what a
+policy over them could at best make of the workload (a ceiling for the policy, where the perfect
+drafter is one for the drafters). It is not a strict bound: feeding every right token is not
+always worth its cost at a large batch, and a policy could decline some.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+
+from specactor.bench.replay import load_rollout
+from specactor.drafters.base import DEFAULT_WINDOW, DraftState
+from specactor.drafters.ngram import NgramDrafter
+from specactor.drafters.suffix import SuffixDrafter
+from specactor.policy.cost_model import CostModel
+from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
+
+#: the drafters a replay can run (the cheap ones: the model drafters' drafts need a model)
+REPLAY_METHODS = {"ngram": NgramDrafter, "suffix": SuffixDrafter}
+
+
+class ReplayRequest:
+    """One sample of a rollout, drafted for by drafters shared with the workload's other requests."""
+
+    def __init__(self, request_id: str, prompt: list[int], output: list[int], drafters: dict[str, object],
+                 clairvoyant: bool = False) -> None:
+        if not output:
+            raise ValueError(f"sample {request_id} has no output tokens to replay")
+        self.request_id, self.output, self.length = request_id, list(output), len(output)
+        self.clairvoyant = clairvoyant
+        self.drafters = drafters
+        self.states = {m: DraftState(request_id, list(prompt), []) for m in drafters}
+        for m, d in drafters.items():
+            d.start(self.states[m])
+
+    def draft(self, method: str, committed: int, window: int, rng: random.Random) -> tuple[int, int]:
+        """(drafted, accepted): ``method``'s draft of up to ``window`` tokens on the committed prefix,
+        right up to the first token that differs from the sample's. Clairvoyant: the most any method
+        has right, and only those tokens."""
+        if self.clairvoyant:
+            right = max(self._draft(m, committed, window) for m in self.drafters)
+            return right, right
+        proposal = self.drafters[method].propose([self.states[method]], window)[0][:window]
+        return len(proposal), self._right(proposal, committed)
+
+    def _draft(self, method: str, committed: int, window: int) -> int:
+        return self._right(self.drafters[method].propose([self.states[method]], window)[0][:window], committed)
+
+    def _right(self, proposal: list[int], committed: int) -> int:
+        truth = self.output[committed:committed + len(proposal)]
+        ok = 0
+        while ok < len(truth) and proposal[ok] == truth[ok]:
+            ok += 1
+        return ok
+
+    def commit(self, committed: int, tokens: int) -> None:
+        new = self.output[committed:committed + tokens]
+        for m, d in self.drafters.items():
+            state = self.states[m]
+            state.committed += new
+            d.observe(state, committed, new)
+            if committed + tokens >= self.length:
+                d.finish(state)  # into the drafter's history, as a finished request is
+
+
+def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: list[str],
+                    history: list[tuple[list[int], list[int]]] = (), clairvoyant: bool = False) -> list[ReplayRequest]:
+    """Simulator requests for ``(request id, prompt ids, output ids)`` samples, drafted for by fresh
+    drafters of ``methods`` that hold ``history`` (earlier epochs' (prompt, output) pairs) as
+    finished outputs, as the drafter actors do after an epoch. Empty outputs are left out."""
+    unknown = [m for m in methods if m not in REPLAY_METHODS]
+    if unknown:
+        raise ValueError(f"cannot replay {', '.join(unknown)}: replayable drafters are "
+                         f"{', '.join(REPLAY_METHODS)}")
+    drafters = {m: REPLAY_METHODS[m]() for m in methods}
+    for i, (prompt, output) in enumerate(history):
+        for d in drafters.values():
+            state = DraftState(f"history-{i}", list(prompt), [])
+            d.start(state)
+            state.committed += list(output)
+            d.observe(state, 0, list(output))
+            d.finish(state)
+    return [ReplayRequest(rid, prompt, output, drafters, clairvoyant) for rid, prompt, output in samples if output]
+
+
+def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False) -> list[ReplayRequest]:
+    """The samples of a ``specactor rollout`` output file as simulator requests (fresh drafters:
+    replay the same file twice with two calls)."""
+    return replay_requests([(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"])
+                            for row in load_rollout(path)], methods, clairvoyant=clairvoyant)
+
+
+def replay_ceilings(samples: list[tuple[str, list[int], list[int]]], methods: list[str], cost: CostModel,
+                    measured_autoregressive_s: float, window: int = DEFAULT_WINDOW,
+                    history: list[tuple[list[int], list[int]]] = ()) -> dict[str, dict[str, float]]:
+    """Autoregressive decoding, the Fastest-of-N policy (its defaults, as the engine runs it) and
+    clairvoyant drafts replayed on ``samples`` (a run's own tokens) on ``cost``: makespan and
+    phases (until half the samples finished, and the tail), scaled so that replayed autoregressive
+    takes ``measured_autoregressive_s``, and speedups over replayed autoregressive. The policy's
+    figure is what it would make of the run on an ideal engine (no drafter lookahead, prefill or
+    messaging): set beside the measured run, the difference is the engine's; beside clairvoyant,
+    the policy's."""
+    from specactor.policy.bandit import FastestOfN
+
+    runs = {
+        "autoregressive": (PlainPolicy(), False),
+        "policy": (FastestOfN(list(methods), copy.deepcopy(cost), max_window=window), False),
+        "clairvoyant": (FixedPolicy(methods[0], window), True),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, (policy, clairvoyant) in runs.items():
+        requests = replay_requests(samples, methods, history, clairvoyant)
+        result = Simulator(cost, plan_every=4, lag=2).run(requests, policy)
+        one, two = result.phases
+        out[name] = {"makespan_s": result.makespan_s, "phase1_s": one, "phase2_s": two, "steps": result.steps}
+    simulated = out["autoregressive"]["makespan_s"]
+    scale = measured_autoregressive_s / simulated if simulated > 0 and measured_autoregressive_s > 0 else 1.0
+    for name, row in out.items():
+        row["speedup"] = simulated / row["makespan_s"] if row["makespan_s"] > 0 else None
+        for key in ("makespan_s", "phase1_s", "phase2_s"):
+            row[key] *= scale
+    return {"methods": list(methods), "scale": scale, **out}

@@ -1,0 +1,128 @@
+"""A finished rollout as the simulator's workload: its verdicts are the drafters' real ones (the
+same steps as replaying the sample alone), a plain run takes one step per token at the profile's
+decode times, and the workload names what it cannot replay."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specactor.bench.replay import replay
+from specactor.bench.replay_workload import ReplayRequest, replay_ceilings, replay_workload
+from specactor.drafters.ngram import NgramDrafter
+from specactor.drafters.suffix import SuffixDrafter
+from specactor.policy.bandit import Choice
+from specactor.policy.cost_model import CostModel
+from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
+
+tokens = st.lists(st.integers(0, 20), max_size=60)
+
+
+def _write(path, samples: list[tuple[list[int], list[int]]]) -> str:
+    with open(path, "w") as f:
+        for i, (prompt, output) in enumerate(samples):
+            f.write(json.dumps({"id": f"p{i // 2}", "sample": i % 2, "prompt_ids": prompt, "token_ids": output}) + "\n")
+    return str(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompt=tokens.filter(bool), output=tokens.filter(bool), window=st.integers(1, 16),
+       method=st.sampled_from(["ngram", "suffix"]))
+def test_one_request_drafting_every_step_takes_the_replay_s_steps(prompt, output, window, method) -> None:
+    """Alone, with one method drafting ``window`` tokens on every step, a replayed request takes the
+    steps and verifies the tokens that replaying its sample through that drafter gives."""
+    drafter = NgramDrafter() if method == "ngram" else SuffixDrafter()
+    request = ReplayRequest("r", prompt, output, {method: drafter})
+    result = Simulator(CostModel.from_profile()).run([request], FixedPolicy(method, window))
+    assert result.steps == replay(prompt, output, method, window)["steps"]
+    assert result.tokens == len(output)
+
+
+def test_a_plain_run_takes_a_step_per_token_at_the_profile_s_decode_times(tmp_path) -> None:
+    lengths = [5, 9, 9, 3]
+    path = _write(tmp_path / "rollout.jsonl", [([1, 2, 3], list(range(n))) for n in lengths])
+    cost = CostModel.from_profile()
+    result = Simulator(cost).run(replay_workload(path, ["ngram", "suffix"]), PlainPolicy())
+    assert result.steps == max(lengths)
+    expected = sum(cost.step_s(sum(n > t for n in lengths), sum(n > t for n in lengths), {}, True, 0)
+                   for t in range(max(lengths)))
+    assert result.makespan_s == pytest.approx(expected)
+
+
+def test_a_sample_that_repeats_itself_is_drafted_through(tmp_path) -> None:
+    """A looping sample's drafts are right: with window 4 it takes about a fifth of its steps."""
+    loop = [7, 8, 9, 10, 11] * 40
+    path = _write(tmp_path / "rollout.jsonl", [([1, 2], loop)])
+    result = Simulator(CostModel.from_profile()).run(replay_workload(path, ["suffix"]), FixedPolicy("suffix", 4))
+    assert result.steps < 0.3 * len(loop)
+    assert result.steps >= math.ceil(len(loop) / 5)
+
+
+def test_the_verifier_takes_the_longest_draft() -> None:
+    """When the primary method has no draft for a step and a rider has one, the rider's is verified
+    (fed, and its right tokens committed), as the verifier does."""
+
+    class Request:
+        request_id, length = "r", 10
+
+        def draft(self, method: str, committed: int, window: int, rng: random.Random) -> tuple[int, int]:
+            return (0, 0) if method == "ngram" else (3, 3)
+
+        def commit(self, committed: int, tokens: int) -> None:
+            pass
+
+    class Both(FixedPolicy):
+        def plan(self, batch=None, step=None):
+            return {r: Choice(["ngram", "suffix"], 3, True, "both") for r in self.requests}
+
+    result = Simulator(CostModel.from_profile()).run([Request()], Both("ngram"))
+    assert result.steps == math.ceil(10 / 4)
+
+
+def test_the_workload_names_what_it_cannot_replay(tmp_path) -> None:
+    path = _write(tmp_path / "rollout.jsonl", [([1], [2, 3]), ([1], [])])
+    with pytest.raises(ValueError, match="cannot replay model"):
+        replay_workload(path, ["suffix", "model"])
+    assert [r.request_id for r in replay_workload(path, ["suffix"])] == ["p0#0"]  # the empty sample is left out
+    with pytest.raises(ValueError, match="no output tokens"):
+        ReplayRequest("r", [1], [], {})
+    with pytest.raises(ValueError, match="no rollout file"):
+        replay_workload(tmp_path / "missing.jsonl", ["suffix"])
+
+
+def _random_tokens(n: int, seed: int) -> list[int]:
+    """Tokens that never repeat an n-gram a drafter could follow (all distinct)."""
+    return random.Random(seed).sample(range(1000, 50000), n)
+
+
+def test_replay_ceilings_separate_the_policy_from_what_the_drafters_allow() -> None:
+    """On samples that repeat themselves the drafters' right tokens buy a lot, and the policy takes
+    much of it; on samples no drafter can follow there is nothing to buy, and the policy, replayed,
+    is not slower than autoregressive. Autoregressive, replayed, takes the measured time."""
+    cost = CostModel.from_profile()
+    loops = [(f"loop{i}", [1, 2, 3], ([5, 6, 7, 8] * 60)[:120 + 40 * i]) for i in range(4)]
+    fresh = [(f"fresh{i}", [1, 2, 3], _random_tokens(120 + 40 * i, i)) for i in range(4)]
+    looping = replay_ceilings(loops, ["ngram", "suffix"], cost, measured_autoregressive_s=30.0)
+    assert looping["autoregressive"]["makespan_s"] == pytest.approx(30.0)
+    assert looping["clairvoyant"]["speedup"] > 2.0
+    assert looping["policy"]["speedup"] > 1.5
+    unpredictable = replay_ceilings(fresh, ["ngram", "suffix"], cost, measured_autoregressive_s=30.0)
+    assert unpredictable["clairvoyant"]["speedup"] == pytest.approx(1.0)
+    assert unpredictable["policy"]["speedup"] >= 0.97
+
+
+def test_earlier_epochs_outputs_are_in_the_drafters_history() -> None:
+    """A sample that an earlier epoch produced already is drafted through by the suffix drafter
+    from its first token (it matches the history), not only once it repeats itself."""
+    cost = CostModel.from_profile()
+    samples = [(f"s{i}", [1, 2, 3], _random_tokens(200, i)) for i in range(2)]
+    first = replay_ceilings(samples, ["suffix"], cost, measured_autoregressive_s=10.0)
+    again = replay_ceilings(samples, ["suffix"], cost, measured_autoregressive_s=10.0,
+                            history=[(prompt, output) for _, prompt, output in samples])
+    assert first["clairvoyant"]["speedup"] == pytest.approx(1.0)
+    assert again["clairvoyant"]["speedup"] > 3.0
