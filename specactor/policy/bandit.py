@@ -62,6 +62,14 @@ along on every speculating request: the verifier verifies the longest draft
 and scores the others, so their acceptance is known at no cost. Switches are
 held for a few rounds: a switch costs the new drafter a Track.
 
+Acceptance is not geometric: a drafter that was right to the end of its last draft is in a
+run (code repeating itself, a sibling's output being followed) and its next draft is right far
+more often than after a miss (replayed suffix drafts at T=0: 85% of their tokens against 20%;
+T=1: 42% against 21%; ``bench/drafter_steps.py``). With ``acceptance="markov"`` the posterior that
+ranks methods and sizes windows is the one for the request's state, per method: evidence from
+drafts that followed a draft right to its end, or from the others, each pooled with the global
+estimate for that state. ``"geometric"`` keeps one posterior per method, whatever came before.
+
 Tail racing: once requests have finished and drafters have room, the slowest
 requests (lowest expected progress per step) get the next-best methods as well;
 the verifier verifies all candidates in one forward as a token tree and keeps
@@ -79,6 +87,8 @@ from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
+#: how the acceptance a choice is made on depends on the request's past drafts (see the module docstring)
+ACCEPTANCE_MODELS = ("geometric", "markov")
 
 
 @dataclass
@@ -133,6 +143,11 @@ class Choice:
 @dataclass
 class _Request:
     arms: dict[str, Acceptance] = field(default_factory=dict)
+    # the markov model's evidence, per method: drafts after one right to its end, and after any other
+    runs: dict[str, Acceptance] = field(default_factory=dict)
+    fresh: dict[str, Acceptance] = field(default_factory=dict)
+    in_run: dict[str, bool] = field(default_factory=dict)  # per method: its last scored draft was right to its end
+    scored_at: dict[str, int] = field(default_factory=dict)  # per method: committed tokens when it was scored last
     committed: int = 0
     steps: int = 0
     hold_until: int = 0  # plan round before which the primary method is not switched
@@ -158,11 +173,15 @@ class FastestOfN:
                  explore_share: float = 0.125, explore_budget: float = 0.01, explore_start: float = 0.5,
                  max_explore_gap: int = 256, explore_steps: int = 8, explore_window: int = 1,
                  round_steps: int = 4, shadow: bool = True, shadow_below: float = 0.5, shadow_rounds: int = 2,
-                 shadow_gap: int = 4, max_shadow_gap: int = 16, shadow_keep: float = 0.8, seed: int = 0) -> None:
+                 shadow_gap: int = 4, max_shadow_gap: int = 16, shadow_keep: float = 0.8,
+                 acceptance: str = "geometric", seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
         if scheme not in SCHEMES:
             raise ValueError(f"unknown bandit scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+        if acceptance not in ACCEPTANCE_MODELS:
+            raise ValueError(f"unknown acceptance model {acceptance!r}; choose one of {', '.join(ACCEPTANCE_MODELS)}")
+        self.markov = acceptance == "markov"
         self.scheme = scheme
         self.rounds = 0.0  # plans made, or steps / round_steps where that is more (rounds time holds and gaps)
         self.round_steps = max(1, round_steps)
@@ -198,6 +217,8 @@ class FastestOfN:
         self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
         self.rng = random.Random(seed)
         self.global_arms = {m: Acceptance() for m in methods}
+        self.global_runs = {m: Acceptance() for m in methods}
+        self.global_fresh = {m: Acceptance() for m in methods}
         self.requests: dict[str, _Request] = {}
         self.peak_requests = 0
 
@@ -220,6 +241,13 @@ class FastestOfN:
         if req is not None:
             req.arms.setdefault(method, Acceptance()).observe(drafted, accepted, self.token_decay)
             req.drafts_seen += 1
+            if self.markov:
+                in_run = req.in_run.get(method, False)
+                (self.global_runs if in_run else self.global_fresh)[method].observe(drafted, accepted, 0.999)
+                (req.runs if in_run else req.fresh).setdefault(method, Acceptance()).observe(
+                    drafted, accepted, self.token_decay)
+                req.in_run[method] = accepted >= drafted
+                req.scored_at[method] = req.committed
 
     def observe_offer(self, request_id: str, method: str, offered: bool) -> None:
         """Whether ``method``, drafting for the request, had a draft for this step."""
@@ -242,8 +270,16 @@ class FastestOfN:
         (a request with little evidence of its own is like the others)."""
         glob = self.global_arms[method]
         prior_mean = (glob.successes + 1) / (glob.weight + 2)  # never certain, even from one draft
-        weight = max(self.prior_weight, min(self.pool_weight, glob.weight))
         own = req.arms.get(method, Acceptance())
+        if self.markov and req.committed - req.scored_at.get(method, -1_000_000) <= self.max_window + 1:
+            # the request's state's evidence, its prior the state's global estimate (a state is
+            # news of the text where the request is: one from before a gap of undrafted steps is stale)
+            in_run = req.in_run.get(method, False)
+            state = (self.global_runs if in_run else self.global_fresh)[method]
+            # which leans on the estimate over both states until the state's own has a few drafts' worth
+            prior_mean = (state.successes + self.prior_weight * prior_mean) / (state.weight + self.prior_weight)
+            glob, own = state, (req.runs if in_run else req.fresh).get(method, Acceptance())
+        weight = max(self.prior_weight, min(self.pool_weight, glob.weight))
         a = own.successes + weight * prior_mean + 0.5
         b = own.failures + weight * (1 - prior_mean) + 0.5
         return a, b
@@ -314,7 +350,7 @@ class FastestOfN:
             if self.primary.get(rid) == "" and rid not in self.shadowed:
                 # off: nothing new is learnt of it, so its own evidence fades towards the global
                 # estimate; or a request that was unlucky early would stay off, and finish last
-                for arm in req.arms.values():
+                for arm in [*req.arms.values(), *req.runs.values(), *req.fresh.values()]:
                     arm.successes *= self.decay
                     arm.failures *= self.decay
             # the draw ranks the methods (Thompson), but a free method is scored on every speculating

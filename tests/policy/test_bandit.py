@@ -245,3 +245,46 @@ def test_the_allocation_skips_windows_no_request_can_use_and_loses_nothing_by_it
     finally:
         bandit.useful_window = original
     assert speed >= 0.99 * every_window_speed
+
+
+def _runs_and_misses(policy: FastestOfN, request: str, drafts: int) -> None:
+    """One-token drafts in spans: five right, five wrong, and again (replayed suffix drafts go so:
+    looping spans, and misses between them). A draft after a right one is right 4 times in 5,
+    after a wrong one once in 5; over all, half the time."""
+    for accepted in ([1] * 5 + [0] * 5) * (drafts // 10):
+        policy.observe(request, "suffix", 1, accepted)
+
+
+def test_the_markov_model_prices_a_draft_by_what_the_last_one_did() -> None:
+    """After a draft right to its end the next is priced at the rate of drafts that followed one;
+    after a miss, at the rate of drafts that followed a miss. The geometric model has one price."""
+    prices = {}
+    for model in ("geometric", "markov"):
+        policy = FastestOfN(["suffix"], CostModel.from_profile(), acceptance=model, seed=0)
+        for r in ("a", "b", "c"):
+            policy.add_request(r)
+            _runs_and_misses(policy, r, 60)
+        policy.observe("c", "suffix", 1, 1)  # c's last draft: right
+        policy.observe("b", "suffix", 1, 0)  # b's: a miss
+        prices[model] = (policy.estimate("c", "suffix"), policy.estimate("b", "suffix"))
+    in_run, after_miss = prices["markov"]
+    assert in_run > 0.7 and after_miss < 0.35, prices
+    geometric_c, geometric_b = prices["geometric"]
+    assert abs(geometric_c - geometric_b) < 0.15, prices
+
+
+def test_the_markov_model_drafts_longer_in_a_run() -> None:
+    """The window follows the state: a request in a run drafts further than one after a miss."""
+    policy = FastestOfN(["suffix"], CostModel.from_profile(), acceptance="markov", seed=0, racing=False)
+    for r in ("run", "missed"):
+        policy.add_request(r)
+        _runs_and_misses(policy, r, 60)
+    policy.observe("run", "suffix", 1, 1)
+    policy.observe("missed", "suffix", 1, 0)
+    plan = policy.plan(2)
+    assert plan["run"].window > plan["missed"].window, (plan["run"].reason, plan["missed"].reason)
+
+
+def test_an_unknown_acceptance_model_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown acceptance model 'poisson'"):
+        FastestOfN(["suffix"], CostModel.from_profile(), acceptance="poisson")
