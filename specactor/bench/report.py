@@ -126,6 +126,15 @@ def _ceiling_notes(ceilings: dict[int, dict]) -> list[str]:
                      f"calibration scale {c['scale']:.3f} (measured {c['measured_autoregressive']['makespan_s']:.2f} s "
                      f"/ simulated {c['simulated_autoregressive_s']:.2f} s autoregressive); acceptance (mean over "
                      f"samples): {methods}{inherited}.")
+        if c.get("replayed"):
+            r = c["replayed"]
+            lines.append(f"- epoch {epoch + 1}, replayed on autoregressive's tokens with {', '.join(r['methods'])} "
+                         f"(every draft's verdict is the engine's; step times from the profile, calibrated): the "
+                         f"policy {r['policy']['makespan_s']:.2f} s ({r['policy']['speedup']:.2f}x; tail "
+                         f"{r['policy']['phase2_s']:.2f} s), what it would make of these samples on an ideal "
+                         f"engine; clairvoyant drafts (every token these drafters get right, no wrong one) "
+                         f"{r['clairvoyant']['makespan_s']:.2f} s ({r['clairvoyant']['speedup']:.2f}x; tail "
+                         f"{r['clairvoyant']['phase2_s']:.2f} s), the ceiling of a policy over them.")
     return lines
 
 

@@ -51,6 +51,11 @@ class Workload:
         """The names RolloutEngine gives the samples (``id`` when n == 1, else ``id#s``)."""
         return [sample_request_id(rid, s, self.n) for rid in self.request_ids() for s in range(self.n)]
 
+    def sample_prompts(self) -> dict[str, list[int]]:
+        """Each sample's prompt ids, by the sample's name."""
+        return {sample_request_id(rid, s, self.n): prompt for rid, prompt in zip(self.request_ids(), self.prompt_ids)
+                for s in range(self.n)}
+
 
 @dataclass
 class Mode:

@@ -5,7 +5,8 @@ samples (GRPO groups), each as long as the model's EOS makes it up to 768 tokens
 so the batch starts large and a few long samples form the tail. Every speed
 figure is reported per epoch and per phase (before and after half of the samples
 finished), beside the ceilings of :mod:`specactor.bench.ceilings` computed from
-the same run's lengths and acceptance.
+the same run's lengths and acceptance, and the policy and clairvoyant drafts
+replayed on autoregressive's tokens (:mod:`specactor.bench.replay_workload`).
 
 The first temperature (T=1 by default, the RL case) runs ``epochs`` epochs,
 the others ``other_epochs`` (1 by default: the bench's 20 minutes on 2 cores go
@@ -131,7 +132,8 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                                   for record in records)
         cost = ceiling_cost(opts.engine)  # after the runs: a specactor run measured or found this machine's
         report["ceilings_profile"] = profile_label(cost.source)
-        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens, opts.engine.max_window):
+        for epoch_ceilings in temperature_ceilings(by_mode, cost, opts.max_tokens, opts.engine.max_window,
+                                                   work.sample_prompts()):
             report["ceilings"].append(epoch_ceilings)
             progress(f"T={temperature:g} epoch {epoch_ceilings['epoch'] + 1} ceilings (x vs autoregressive): "
                      f"oracle {epoch_ceilings['oracle']['speedup']:.2f}x, zero-cost "
@@ -236,10 +238,19 @@ def profile_label(source: str) -> str:
 
 
 def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
-                         max_tokens: int, max_window: int = MAX_WINDOW) -> list[dict[str, Any]]:
+                         max_tokens: int, max_window: int = MAX_WINDOW,
+                         prompts: dict[str, list[int]] | None = None) -> list[dict[str, Any]]:
     """One temperature's ceilings per epoch, from the runs of every mode that covered the whole
     workload (a subset run would leave samples without evidence), with windows up to the runs'
-    own (``max_window``): a bound held to a smaller window than the policy may use is no bound."""
+    own (``max_window``): a bound held to a smaller window than the policy may use is no bound.
+    Given each sample's ``prompts``, also the policy and clairvoyant drafts replayed on
+    autoregressive's tokens (:func:`specactor.bench.replay_workload.replay_ceilings`), with the
+    replayable drafters the policy's modes ran, earlier epochs' outputs in their history."""
+    from specactor.bench.replay_workload import REPLAY_METHODS, replay_ceilings
+
+    methods = [m for m in REPLAY_METHODS if any(m in MODES[name].drafters for name in by_mode
+                                                if name in MODES and MODES[name].engine_mode == "specactor")]
+    history: list[tuple[list[int], list[int]]] = []
     out = []
     for epoch, reference in enumerate(by_mode.get("autoregressive", [])):
         if not reference.samples or reference.makespan_s <= 0:
@@ -253,6 +264,10 @@ def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
                                                 "phase2_s": phase2},
                     "tail_share": phase2 / reference.makespan_s,
                     **from_samples(runs, cost, reference.makespan_s, max_window=max_window)})
+        if prompts and methods and all(sid in prompts for sid in reference.outputs):
+            samples = [(sid, prompts[sid], tokens) for sid, tokens in reference.outputs.items()]
+            out[-1]["replayed"] = replay_ceilings(samples, methods, cost, reference.makespan_s, max_window, history)
+            history += [(prompt, tokens) for _, prompt, tokens in samples]
     return out
 
 

@@ -3,6 +3,8 @@ per epoch and phase, the tail's share, the capped samples, and the subset note."
 
 from __future__ import annotations
 
+import pytest
+
 from specactor.bench.ceilings import from_samples
 from specactor.bench.measure import RunRecord
 from specactor.bench.report import markdown
@@ -106,3 +108,20 @@ def test_repeats_report_the_median_run_and_every_paired_speedup() -> None:
     assert "3 interleaved repeats: makespans 9.0 s, 13.0 s, 10.0 s" in table
     assert "paired speedups 1.11x, 0.92x, 1.10x (median 1.10x, worst 0.92x)" in table
     assert "ran 3 times, interleaved" in table
+
+
+def test_the_report_replays_the_policy_and_clairvoyant_drafts_on_the_run_s_tokens() -> None:
+    """Given each sample's prompt, every epoch's ceilings also hold the policy and clairvoyant drafts
+    replayed on autoregressive's tokens, and the markdown says what they are."""
+    report = _report()
+    lengths = [20, 40, 60, 200]
+    by_mode = {"autoregressive": [_record("autoregressive", e, [1.0, 2.0, 3.0, 10.0], lengths) for e in (0, 1)],
+               "specactor": [_record("specactor", e, [0.5, 1.0, 2.0, 6.0], lengths) for e in (0, 1)]}
+    prompts = {f"s{i}": [7, 8, 9] for i in range(4)}
+    report["ceilings"] = temperature_ceilings(by_mode, _cost(), 200, prompts=prompts)
+    replayed = report["ceilings"][0]["replayed"]
+    assert replayed["methods"] == ["ngram", "suffix"]  # the specactor mode's drafters
+    assert replayed["autoregressive"]["makespan_s"] == pytest.approx(10.0)
+    assert replayed["clairvoyant"]["speedup"] > 1.0  # the samples repeat one token: drafts are right
+    assert "clairvoyant drafts" in markdown(report)
+    assert "replayed" not in temperature_ceilings(by_mode, _cost(), 200)[0]  # no prompts, no replay
