@@ -17,7 +17,8 @@ request drafts with one method and window, decoupled), ``perfect`` (a drafter ri
 token with the full window: the ceiling of any drafter, at zero drafting cost), ``clairvoyant``
 (each step, every token the methods' drafts have right and no wrong one: the ceiling of a policy
 over these drafters; see :mod:`specactor.bench.replay_workload`). ``--option
-KEY=VALUE`` sets one of Fastest-of-N's settings (``caution=2``); ``--seeds N`` runs each
+KEY=VALUE`` sets one of Fastest-of-N's settings (``caution=2``), ``--drafter-option
+METHOD.KEY=VALUE`` one of a drafter's (``ngram.min_n=3``); ``--seeds N`` runs each
 Fastest-of-N policy with N seeds of its own (its Thompson draws and explorations) and reports the
 run with the median makespan, and every makespan in the JSON. Phase 1 lasts until half the samples
 have finished (large batch), phase 2 is the tail, as in ``specactor bench``. Writes JSON (``--out``).
@@ -61,12 +62,12 @@ def _policy(name: str, methods: list[str], profile: str | None, window: int, opt
 
 
 def run(path: str, name: str, methods: list[str], profile: str | None, window: int, plan_every: int,
-        lag: int, options: dict | None = None, seed: int = 0) -> dict:
-    requests = replay_workload(path, methods)
+        lag: int, options: dict | None = None, seed: int = 0, drafter_options: dict | None = None) -> dict:
+    requests = replay_workload(path, methods, drafter_options=drafter_options)
     if name == "perfect":
         requests = [_Perfect(r.request_id, [], r.output, {}) for r in requests]
     elif name == "clairvoyant":
-        requests = replay_workload(path, methods, clairvoyant=True)
+        requests = replay_workload(path, methods, clairvoyant=True, drafter_options=drafter_options)
     policy = _policy(name, methods, profile, window, options, seed)
     result = Simulator(CostModel.from_profile(profile), plan_every=plan_every, lag=lag).run(requests, policy)
     one, two = result.phases
@@ -75,18 +76,27 @@ def run(path: str, name: str, methods: list[str], profile: str | None, window: i
 
 
 def median_run(path: str, name: str, methods: list[str], profile: str | None, window: int, plan_every: int,
-               lag: int, options: dict | None = None, seeds: int = 1) -> dict:
+               lag: int, options: dict | None = None, seeds: int = 1, drafter_options: dict | None = None) -> dict:
     """The run with the median makespan over ``seeds`` policy seeds (one run for the policies
     without draws of their own), with every seed's makespan."""
-    runs = [run(path, name, methods, profile, window, plan_every, lag, options, seed)
+    runs = [run(path, name, methods, profile, window, plan_every, lag, options, seed, drafter_options)
             for seed in range(seeds if name in ACCEPTANCE_MODELS else 1)]
     runs.sort(key=lambda r: r["makespan_s"])
     return {**runs[(len(runs) - 1) // 2], "makespans_s": [r["makespan_s"] for r in runs]}
 
 
-def parse_options(items: list[str]) -> dict:
-    """``KEY=VALUE`` settings of FastestOfN, the value as Python reads it (2, 0.5, False) or else as a word."""
+def _value(text: str) -> object:
+    """A setting's value as Python reads it (2, 0.5, False), or else the word itself."""
     import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_options(items: list[str]) -> dict:
+    """``KEY=VALUE`` settings of FastestOfN."""
     import inspect
 
     known = set(inspect.signature(FastestOfN).parameters) - {"methods", "cost", "max_window", "acceptance", "seed"}
@@ -95,10 +105,24 @@ def parse_options(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or key not in known:
             raise ValueError(f"--option {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
-        try:
-            options[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            options[key] = value  # a word: objective=makespan
+        options[key] = _value(value)
+    return options
+
+
+def parse_drafter_options(items: list[str]) -> dict[str, dict]:
+    """``METHOD.KEY=VALUE`` settings of the replayed drafters (their constructors' arguments)."""
+    import inspect
+
+    options: dict[str, dict] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        method, dot, key = name.partition(".")
+        known = set(inspect.signature(REPLAY_METHODS[method]).parameters) if method in REPLAY_METHODS else set()
+        if not sep or not dot or key not in known:
+            raise ValueError(f"--drafter-option {item!r}: expected METHOD.KEY=VALUE with METHOD one of "
+                             f"{', '.join(REPLAY_METHODS)} and KEY one of its settings"
+                             + (f" ({', '.join(sorted(known))})" if known else ""))
+        options.setdefault(method, {})[key] = _value(value)
     return options
 
 
@@ -117,6 +141,8 @@ def main() -> None:
     parser.add_argument("--lag", type=int, default=2, help="steps before a plan takes effect (live: about 2)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a Fastest-of-N setting, e.g. caution=2 (repeatable)")
+    parser.add_argument("--drafter-option", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                        help="a replayed drafter's setting, e.g. ngram.min_n=3 (repeatable)")
     parser.add_argument("--seeds", type=int, default=1, help="policy seeds per Fastest-of-N run (default 1)")
     parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args()
@@ -128,13 +154,15 @@ def main() -> None:
         parser.error(f"--seeds must be at least 1 (got {args.seeds})")
     try:
         options = parse_options(args.option)
+        drafter_options = parse_drafter_options(args.drafter_option)
         for name in names:
             _policy(name, methods, args.profile, args.window, options)
         for path in args.rollouts:
-            replay_workload(path, methods)
+            replay_workload(path, methods, drafter_options=drafter_options)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "profile": args.profile or "packaged", "options": options,
+                    "drafter_options": drafter_options,
                     "command": "python bench/replay_policy.py " + " ".join(sys.argv[1:]), "rollouts": {}}
     print("| rollout | policy | makespan | phase 1: batch | phase 2: tail | verify steps |")
     print("|---|---|---|---|---|---|")
@@ -142,7 +170,7 @@ def main() -> None:
         rows = report["rollouts"][path] = {}
         for name in names:
             rows[name] = median_run(path, name, methods, args.profile, args.window, args.plan_every, args.lag,
-                                    options, args.seeds)
+                                    options, args.seeds, drafter_options)
         plain = rows.get("plain")
         for name, row in rows.items():
             def x(key: str) -> str:

@@ -81,15 +81,17 @@ class ReplayRequest:
 
 
 def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: list[str],
-                    history: list[tuple[list[int], list[int]]] = (), clairvoyant: bool = False) -> list[ReplayRequest]:
+                    history: list[tuple[list[int], list[int]]] = (), clairvoyant: bool = False,
+                    drafter_options: dict[str, dict] | None = None) -> list[ReplayRequest]:
     """Simulator requests for ``(request id, prompt ids, output ids)`` samples, drafted for by fresh
-    drafters of ``methods`` that hold ``history`` (earlier epochs' (prompt, output) pairs) as
-    finished outputs, as the drafter actors do after an epoch. Empty outputs are left out."""
+    drafters of ``methods`` (built with ``drafter_options[method]``, e.g. ``{"ngram": {"min_n": 3}}``)
+    that hold ``history`` (earlier epochs' (prompt, output) pairs) as finished outputs, as the
+    drafter actors do after an epoch. Empty outputs are left out."""
     unknown = [m for m in methods if m not in REPLAY_METHODS]
     if unknown:
         raise ValueError(f"cannot replay {', '.join(unknown)}: replayable drafters are "
                          f"{', '.join(REPLAY_METHODS)}")
-    drafters = {m: REPLAY_METHODS[m]() for m in methods}
+    drafters = {m: REPLAY_METHODS[m](**(drafter_options or {}).get(m, {})) for m in methods}
     for i, (prompt, output) in enumerate(history):
         for d in drafters.values():
             state = DraftState(f"history-{i}", list(prompt), [])
@@ -100,11 +102,13 @@ def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: li
     return [ReplayRequest(rid, prompt, output, drafters, clairvoyant) for rid, prompt, output in samples if output]
 
 
-def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False) -> list[ReplayRequest]:
+def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,
+                    drafter_options: dict[str, dict] | None = None) -> list[ReplayRequest]:
     """The samples of a ``specactor rollout`` output file as simulator requests (fresh drafters:
     replay the same file twice with two calls)."""
     return replay_requests([(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"])
-                            for row in load_rollout(path)], methods, clairvoyant=clairvoyant)
+                            for row in load_rollout(path)], methods, clairvoyant=clairvoyant,
+                           drafter_options=drafter_options)
 
 
 def replay_ceilings(samples: list[tuple[str, list[int], list[int]]], methods: list[str], cost: CostModel,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specactor.bench.replay import replay
-from specactor.bench.replay_workload import ReplayRequest, replay_ceilings, replay_workload
+from specactor.bench.replay_workload import ReplayRequest, replay_ceilings, replay_requests, replay_workload
 from specactor.drafters.ngram import NgramDrafter
 from specactor.drafters.suffix import SuffixDrafter
 from specactor.policy.bandit import Choice
@@ -126,3 +126,18 @@ def test_earlier_epochs_outputs_are_in_the_drafters_history() -> None:
                             history=[(prompt, output) for _, prompt, output in samples])
     assert first["clairvoyant"]["speedup"] == pytest.approx(1.0)
     assert again["clairvoyant"]["speedup"] > 3.0
+
+
+def test_drafter_options_reach_the_replayed_drafters() -> None:
+    """With its history and corpus turned off the suffix drafter cannot draft an earlier epoch's
+    output: the same replay that drafts it through with the defaults takes a step per token."""
+    samples = [("s0", [1, 2, 3], _random_tokens(120, 0))]
+    history = [([1, 2, 3], samples[0][2])]
+    cost = CostModel.from_profile()
+
+    def steps(options: dict | None) -> int:
+        requests = replay_requests(samples, ["suffix"], history, drafter_options=options)
+        return Simulator(cost).run(requests, FixedPolicy("suffix", 8)).steps
+
+    assert steps(None) < 30
+    assert steps({"suffix": {"max_history_per_prompt": 0, "max_corpus_tokens": 0}}) == 120
