@@ -229,6 +229,74 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
     rollout.set_defaults(func=_rollout)
 
 
+def _replay(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, rollout_samples, table_rows
+    from specactor.policy.cost_model import CostModel
+
+    try:
+        if args.profile == "cached":
+            from specactor.bench.suite import ceiling_cost
+            from specactor.config import EngineConfig
+
+            cost = ceiling_cost(EngineConfig(model=args.model))
+        else:
+            cost = CostModel.from_profile(None if args.profile == "packaged" else args.profile)
+        settings = ReplaySettings(cost, [m for m in args.drafters.split(",") if m], args.window, seeds=args.seeds)
+        samples = rollout_samples(args.rollout)
+        compared = compare(samples, ["geometric", "clairvoyant", "perfect"], settings)
+        compared["runs"] = {("specactor policy" if name == "geometric" else name): row
+                            for name, row in compared["runs"].items()}
+    except (OSError, ValueError) as exc:
+        print(f"specactor replay: {exc}", file=sys.stderr)
+        return 2
+    source = cost.source if cost.source == "packaged" else Path(cost.source).name
+    print(f"{len(samples)} samples, {sum(len(o) for _, _, o in samples)} tokens; step times from the {source} "
+          f"profile; drafters {', '.join(settings.methods)}, window up to {args.window}")
+    print("\n".join(TABLE_HEADER + table_rows(Path(args.rollout).name, compared)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(compared, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _add_replay(commands: argparse._SubParsersAction) -> None:
+    from specactor.drafters.base import DEFAULT_WINDOW
+
+    replay = commands.add_parser(
+        "replay",
+        help="what speculation would make of a finished rollout: the policy, clairvoyant drafts and a perfect "
+             "drafter replayed on its own tokens",
+        description="Replay a finished rollout (JSON lines with id, sample, prompt_ids, token_ids, as "
+        "`specactor rollout` writes; any engine's samples of the same model will do) through the real ngram "
+        "and suffix drafters. A draft token is accepted iff it equals the token the sample has there, which "
+        "is exact under specactor's sampling at any temperature, so every draft's verdict is known without "
+        "running the model; step times come from a cost profile. Prints, against plain decoding: the "
+        "Fastest-of-N policy as the engine runs it (on an ideal engine: no drafter lookahead, prefill or "
+        "messaging), clairvoyant drafts (each step every token the drafters get right and no wrong one: the "
+        "most a policy over them could make) and a perfect drafter (every token right, the full window), "
+        "each with its large-batch phase (until half the samples finished) and tail. Takes seconds; "
+        "deterministic for a given --seeds. bench/replay_policy.py compares policy settings the same way.",
+        formatter_class=HelpFormatter,
+    )
+    replay.add_argument("rollout", metavar="ROLLOUT.jsonl")
+    replay.add_argument("--profile", default="cached",
+                        help="step times: 'cached' (this machine's profile of --model, measured at a specactor "
+                             "engine's first start; the packaged one if none), 'packaged' (the default model on a "
+                             "2-core CPU), or a profile JSON's path")
+    replay.add_argument("--model", default=None, help="the model whose cached profile 'cached' means "
+                                                      "(default: smollm2-135m)")
+    replay.add_argument("--drafters", default="ngram,suffix", help="replayable drafting methods: ngram, suffix")
+    replay.add_argument("--window", type=positive_int, default=DEFAULT_WINDOW, help="the most draft tokens a step "
+                                                                                   "verifies per request")
+    replay.add_argument("--seeds", type=positive_int, default=3,
+                        help="policy seeds (its Thompson draws and explorations); the median run is shown")
+    replay.add_argument("--json", metavar="OUT.json", help="also write the figures here")
+    replay.set_defaults(func=_replay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specactor",
@@ -241,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rollout(commands)
     _add_serve(commands)
     _add_bench(commands)
+    _add_replay(commands)
 
     events = commands.add_parser("events", help="inspect structured event logs")
     events_commands = events.add_subparsers(dest="events_command", metavar="ACTION", required=True)

@@ -21,16 +21,13 @@ always worth its cost at a large batch, and a policy could decline some.
 
 from __future__ import annotations
 
-import copy
 import random
 from pathlib import Path
 
 from specactor.bench.replay import load_rollout
-from specactor.drafters.base import DEFAULT_WINDOW, DraftState
+from specactor.drafters.base import DraftState
 from specactor.drafters.ngram import NgramDrafter
 from specactor.drafters.suffix import SuffixDrafter
-from specactor.policy.cost_model import CostModel
-from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
 
 #: the drafters a replay can run (the cheap ones: the model drafters' drafts need a model)
 REPLAY_METHODS = {"ngram": NgramDrafter, "suffix": SuffixDrafter}
@@ -109,35 +106,3 @@ def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = Fa
     return replay_requests([(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"])
                             for row in load_rollout(path)], methods, clairvoyant=clairvoyant,
                            drafter_options=drafter_options)
-
-
-def replay_ceilings(samples: list[tuple[str, list[int], list[int]]], methods: list[str], cost: CostModel,
-                    measured_autoregressive_s: float, window: int = DEFAULT_WINDOW,
-                    history: list[tuple[list[int], list[int]]] = ()) -> dict[str, dict[str, float]]:
-    """Autoregressive decoding, the Fastest-of-N policy (its defaults, as the engine runs it) and
-    clairvoyant drafts replayed on ``samples`` (a run's own tokens) on ``cost``: makespan and
-    phases (until half the samples finished, and the tail), scaled so that replayed autoregressive
-    takes ``measured_autoregressive_s``, and speedups over replayed autoregressive. The policy's
-    figure is what it would make of the run on an ideal engine (no drafter lookahead, prefill or
-    messaging): set beside the measured run, the difference is the engine's; beside clairvoyant,
-    the policy's."""
-    from specactor.policy.bandit import FastestOfN
-
-    runs = {
-        "autoregressive": (PlainPolicy(), False),
-        "policy": (FastestOfN(list(methods), copy.deepcopy(cost), max_window=window), False),
-        "clairvoyant": (FixedPolicy(methods[0], window), True),
-    }
-    out: dict[str, dict[str, float]] = {}
-    for name, (policy, clairvoyant) in runs.items():
-        requests = replay_requests(samples, methods, history, clairvoyant)
-        result = Simulator(cost, plan_every=4, lag=2).run(requests, policy)
-        one, two = result.phases
-        out[name] = {"makespan_s": result.makespan_s, "phase1_s": one, "phase2_s": two, "steps": result.steps}
-    simulated = out["autoregressive"]["makespan_s"]
-    scale = measured_autoregressive_s / simulated if simulated > 0 and measured_autoregressive_s > 0 else 1.0
-    for name, row in out.items():
-        row["speedup"] = simulated / row["makespan_s"] if row["makespan_s"] > 0 else None
-        for key in ("makespan_s", "phase1_s", "phase2_s"):
-            row[key] *= scale
-    return {"methods": list(methods), "scale": scale, **out}

@@ -244,9 +244,10 @@ def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
     workload (a subset run would leave samples without evidence), with windows up to the runs'
     own (``max_window``): a bound held to a smaller window than the policy may use is no bound.
     Given each sample's ``prompts``, also the policy and clairvoyant drafts replayed on
-    autoregressive's tokens (:func:`specactor.bench.replay_workload.replay_ceilings`), with the
+    autoregressive's tokens (:func:`specactor.bench.replay_runs.replay_ceilings`), with the
     replayable drafters the policy's modes ran, earlier epochs' outputs in their history."""
-    from specactor.bench.replay_workload import REPLAY_METHODS, replay_ceilings
+    from specactor.bench.replay_runs import replay_ceilings
+    from specactor.bench.replay_workload import REPLAY_METHODS
 
     methods = [m for m in REPLAY_METHODS if any(m in MODES[name].drafters for name in by_mode
                                                 if name in MODES and MODES[name].engine_mode == "specactor")]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specactor.bench.replay import replay
-from specactor.bench.replay_workload import ReplayRequest, replay_ceilings, replay_requests, replay_workload
+from specactor.bench.replay_workload import ReplayRequest, replay_requests, replay_workload
 from specactor.drafters.ngram import NgramDrafter
 from specactor.drafters.suffix import SuffixDrafter
 from specactor.policy.bandit import Choice
@@ -98,34 +98,6 @@ def test_the_workload_names_what_it_cannot_replay(tmp_path) -> None:
 def _random_tokens(n: int, seed: int) -> list[int]:
     """Tokens that never repeat an n-gram a drafter could follow (all distinct)."""
     return random.Random(seed).sample(range(1000, 50000), n)
-
-
-def test_replay_ceilings_separate_the_policy_from_what_the_drafters_allow() -> None:
-    """On samples that repeat themselves the drafters' right tokens buy a lot, and the policy takes
-    much of it; on samples no drafter can follow there is nothing to buy, and the policy, replayed,
-    is not slower than autoregressive. Autoregressive, replayed, takes the measured time."""
-    cost = CostModel.from_profile()
-    loops = [(f"loop{i}", [1, 2, 3], ([5, 6, 7, 8] * 60)[:120 + 40 * i]) for i in range(4)]
-    fresh = [(f"fresh{i}", [1, 2, 3], _random_tokens(120 + 40 * i, i)) for i in range(4)]
-    looping = replay_ceilings(loops, ["ngram", "suffix"], cost, measured_autoregressive_s=30.0)
-    assert looping["autoregressive"]["makespan_s"] == pytest.approx(30.0)
-    assert looping["clairvoyant"]["speedup"] > 2.0
-    assert looping["policy"]["speedup"] > 1.5
-    unpredictable = replay_ceilings(fresh, ["ngram", "suffix"], cost, measured_autoregressive_s=30.0)
-    assert unpredictable["clairvoyant"]["speedup"] == pytest.approx(1.0)
-    assert unpredictable["policy"]["speedup"] >= 0.97
-
-
-def test_earlier_epochs_outputs_are_in_the_drafters_history() -> None:
-    """A sample that an earlier epoch produced already is drafted through by the suffix drafter
-    from its first token (it matches the history), not only once it repeats itself."""
-    cost = CostModel.from_profile()
-    samples = [(f"s{i}", [1, 2, 3], _random_tokens(200, i)) for i in range(2)]
-    first = replay_ceilings(samples, ["suffix"], cost, measured_autoregressive_s=10.0)
-    again = replay_ceilings(samples, ["suffix"], cost, measured_autoregressive_s=10.0,
-                            history=[(prompt, output) for _, prompt, output in samples])
-    assert first["clairvoyant"]["speedup"] == pytest.approx(1.0)
-    assert again["clairvoyant"]["speedup"] > 3.0
 
 
 def test_drafter_options_reach_the_replayed_drafters() -> None:
