@@ -27,7 +27,10 @@ With ``--repeats R`` the modes run R times, interleaved, every second time in re
 machine's speed drifts within minutes, and a run's speed depends on the one before it):
 each pair's ratio is taken within a repeat, and the report gives every repeat and the medians.
 The specactor modes decide on this machine's cost profile of their backend (measured once at
-start-up, outside the timed part, and cached).
+start-up, outside the timed part, and cached). Where ``vllm+keyed`` ran, the report adds its
+ceilings: the policy and clairvoyant drafts replayed on its tokens with vLLM's cost profile
+(``replayed``; :func:`specactor.bench.replay_runs.replay_ceilings`), calibrated to its median
+makespan.
 """
 
 from __future__ import annotations
@@ -193,7 +196,21 @@ def _medians(repeats: list[dict[str, dict]]) -> dict[str, dict]:
     return out
 
 
-def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]]) -> None:
+def _replayed(args: argparse.Namespace, keyed_tokens: dict[str, list[int]], keyed_s: float) -> dict:
+    """The policy and clairvoyant drafts replayed on vllm+keyed's samples, on vLLM's cost profile."""
+    from specactor.bench.replay_runs import replay_ceilings
+    from specactor.bench.suite import ceiling_cost
+    from specactor.config import EngineConfig
+    from specactor.drafters.base import DEFAULT_WINDOW
+
+    prompts, _ = _workload(args)
+    samples = [(rid, prompts[int(rid.split("#")[0][1:])], tokens) for rid, tokens in keyed_tokens.items()]
+    cost = ceiling_cost(EngineConfig(backend="vllm"))
+    return {"profile": Path(cost.source).name if cost.source != "packaged" else "packaged",
+            **replay_ceilings(samples, ["ngram", "suffix"], cost, keyed_s, args.window or DEFAULT_WINDOW)}
+
+
+def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]], replayed: dict | None = None) -> None:
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
                     "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
                     "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
@@ -201,6 +218,8 @@ def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]
                     "runs": repeats[0] if len(repeats) == 1 else _medians(repeats)}
     if len(repeats) > 1:
         report["repeats"] = repeats
+    if replayed:
+        report["replayed"] = replayed
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
 
@@ -245,6 +264,7 @@ def main() -> None:
         print(f"leaving out vllm+suffix: {how}", flush=True)
         modes.remove("vllm+suffix")
     repeats: list[dict[str, dict]] = []
+    keyed: dict[str, list[int]] = {}
     for repeat in range(args.repeats):
         runs: dict[str, dict] = {}
         tokens: dict[str, dict[str, list[int]]] = {}
@@ -259,6 +279,13 @@ def main() -> None:
         _compare(runs, tokens, args.temperature)
         repeats.append(runs)
         _write(args, version, repeats)  # after every repeat: an interrupted run keeps what it measured
+        keyed = tokens.get("vllm+keyed", keyed)
+    if keyed:
+        got = _replayed(args, keyed, statistics.median(r["vllm+keyed"]["makespan_s"] for r in repeats))
+        print(f"replayed on vllm+keyed's tokens ({got['profile']}): policy {got['policy']['makespan_s']:.2f} s "
+              f"({got['policy']['speedup']:.2f}x), clairvoyant drafts {got['clairvoyant']['makespan_s']:.2f} s "
+              f"({got['clairvoyant']['speedup']:.2f}x)", flush=True)
+        _write(args, version, repeats, got)
     print(f"wrote {args.out}")
 
 
