@@ -31,9 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, rollout_samples, \
-    table_rows
-from specactor.bench.replay_workload import REPLAY_METHODS
+from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
+from specactor.bench.replay_workload import REPLAY_METHODS, rollout_samples
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import FastestOfN
 from specactor.policy.cost_model import CostModel

@@ -233,7 +233,8 @@ def _replay(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, rollout_samples, table_rows
+    from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, table_rows
+    from specactor.bench.replay_workload import rollout_samples
     from specactor.policy.cost_model import CostModel
 
     try:

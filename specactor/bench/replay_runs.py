@@ -21,7 +21,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from specactor.bench.replay import load_rollout
 from specactor.bench.replay_workload import ReplayRequest, replay_requests
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import ACCEPTANCE_MODELS, FastestOfN
@@ -112,11 +111,6 @@ def compare(samples: list[Sample], names: list[str], settings: ReplaySettings,
             row[key] *= scale
         row["makespans_s"] = [m * scale for m in row["makespans_s"]]
     return {"methods": list(settings.methods), "scale": scale, "runs": out}
-
-
-def rollout_samples(path: str) -> list[Sample]:
-    """A ``specactor rollout`` output file's samples, named ``id#sample``."""
-    return [(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"]) for row in load_rollout(path)]
 
 
 def replay_ceilings(samples: list[Sample], methods: list[str], cost: CostModel, measured_autoregressive_s: float,

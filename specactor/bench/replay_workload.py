@@ -9,8 +9,8 @@ no model run: a policy can be run on the real acceptance process, step by step, 
 compared on the same workload without the machine's noise (the step times come from a cost
 profile). One drafter per method serves every request, as the drafter actors do, so a suffix
 drafter sees the sibling samples in flight and the ones that finished. What it leaves out: the
-decoupled drafters' lookahead (drafts here are always made on the committed prefix), prefill,
-and drafting time beyond the cost model's.
+decoupled drafters' lookahead (drafts here are always made on the committed prefix), prefill
+(every request starts in the same step), and drafting time beyond the cost model's.
 
 A *clairvoyant* request feeds, each step, the longest right prefix of any of its methods' drafts
 and no wrong token: every token these drafters get right, known in advance, which is what a
@@ -99,10 +99,13 @@ def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: li
     return [ReplayRequest(rid, prompt, output, drafters, clairvoyant) for rid, prompt, output in samples if output]
 
 
+def rollout_samples(path: str | Path) -> list[tuple[str, list[int], list[int]]]:
+    """A ``specactor rollout`` output file's samples as (``id#sample``, prompt ids, output ids)."""
+    return [(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"]) for row in load_rollout(path)]
+
+
 def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,
                     drafter_options: dict[str, dict] | None = None) -> list[ReplayRequest]:
     """The samples of a ``specactor rollout`` output file as simulator requests (fresh drafters:
     replay the same file twice with two calls)."""
-    return replay_requests([(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"])
-                            for row in load_rollout(path)], methods, clairvoyant=clairvoyant,
-                           drafter_options=drafter_options)
+    return replay_requests(rollout_samples(path), methods, clairvoyant=clairvoyant, drafter_options=drafter_options)
