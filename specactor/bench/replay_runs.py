@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from specactor.bench.measure import phase_split
 from specactor.bench.replay_workload import ReplayRequest, replay_requests
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import ACCEPTANCE_MODELS, FastestOfN
@@ -72,13 +73,14 @@ def run(samples: list[Sample], name: str, settings: ReplaySettings, history: lis
         seed: int = 0) -> dict[str, float]:
     """One replay of policy ``name`` on ``samples``: makespan, its phases (until half the samples
     finished, and the tail) and verify steps, in the cost model's seconds."""
-    clairvoyant = name == "clairvoyant"
-    requests = replay_requests(samples, settings.methods, history, clairvoyant, settings.drafter_options)
-    if name == "perfect":
-        requests = [_Perfect(r.request_id, [], r.output, {}) for r in requests]
+    if name == "perfect":  # its drafts need no drafter
+        requests = [_Perfect(rid, [], output, {}) for rid, _, output in samples if output]
+    else:
+        requests = replay_requests(samples, settings.methods, history, name == "clairvoyant",
+                                   settings.drafter_options)
     result = Simulator(settings.cost, plan_every=settings.plan_every, lag=settings.lag).run(
         requests, make_policy(name, settings, seed))
-    one, two = result.phases
+    one, two = phase_split(list(result.finish_s.values()), result.makespan_s)
     return {"makespan_s": result.makespan_s, "phase1_s": one, "phase2_s": two, "steps": result.steps,
             "tokens": result.tokens}
 

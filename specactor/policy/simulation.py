@@ -131,14 +131,6 @@ class SimResult:
     def tokens_per_s(self) -> float:
         return self.tokens / self.makespan_s if self.makespan_s else 0.0
 
-    @property
-    def phases(self) -> tuple[float, float]:
-        """(phase 1, phase 2) seconds, as ``specactor bench`` splits a run: until half the requests
-        finished (large batch), and the rest (the tail)."""
-        ends = sorted(self.finish_s.values())
-        half = ends[len(ends) // 2 - 1] if len(ends) > 1 else 0.0
-        return half, self.makespan_s - half
-
 
 def accepted_length(rng: random.Random, p: float, window: int) -> int:
     """Draw from the truncated geometric law: P(a) = p^a (1-p) for a < w."""
@@ -176,15 +168,15 @@ class Simulator:
                 pending.append((steps + self.lag, policy.plan(batch, step=steps)))
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
+            now = {rid: plan.get(rid) or Choice([], 0, True) for rid in committed}
             # every method's draft, scored against what the request commits; a shadowed request (window 0)
             # has one committed token score its drafts' first
-            drafts = {rid: [by_id[rid].draft(m, done, c.window or 1, rng) for m in c.methods]
-                      for rid, done in committed.items() for c in [plan.get(rid) or Choice([], 0, True)]}
+            drafts = {rid: [by_id[rid].draft(m, committed[rid], choice.window or 1, rng) for m in choice.methods]
+                      for rid, choice in now.items()}
             fed = rows = 0
             drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
             decoupled = True
-            for rid in committed:
-                choice = plan.get(rid) or Choice([], 0, True)
+            for rid, choice in now.items():
                 decoupled &= choice.decoupled
                 if choice.window:  # racing verifies every draft; otherwise the verifier takes the longest
                     lengths = [d for d, _ in drafts[rid]]
@@ -200,9 +192,8 @@ class Simulator:
             steps += 1
             if learner is not None:
                 learner.observe_step(batch, fed, self.cost.verify_rows_s(batch, fed, rows), rows=rows)
-            for rid in list(committed):
+            for rid, choice in now.items():
                 req, done = by_id[rid], committed[rid]
-                choice = plan.get(rid) or Choice([], 0, True)
                 choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))
                 best, longest = 0, 0
                 for m, (drafted, accepted) in zip(choice.methods, drafts[rid]):
