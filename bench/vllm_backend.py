@@ -69,10 +69,10 @@ def _workload(args: argparse.Namespace) -> tuple[list[list[int]], list[int]]:
 
 def _summary(finish_s: list[float], tokens: list[int], wall: float, drafted: int, accepted: int,
              max_tokens: int) -> dict:
-    order = sorted(finish_s)
-    half = order[len(order) // 2 - 1] if order else 0.0
+    from specactor.bench.measure import phase_split  # the bench's own phases (the tail: after half finished)
+
     return {"makespan_s": round(wall, 2), "tokens": sum(tokens), "tokens_per_s": round(sum(tokens) / wall, 1),
-            "tail_s": round(wall - half, 2), "drafted": drafted, "accepted": accepted,
+            "tail_s": round(phase_split(finish_s, wall)[1], 2), "drafted": drafted, "accepted": accepted,
             "capped": sum(t >= max_tokens for t in tokens)}
 
 

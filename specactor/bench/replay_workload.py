@@ -67,6 +67,10 @@ class ReplayRequest:
             ok += 1
         return ok
 
+    def tokens(self, start: int, count: int) -> list[int]:
+        """The sample's tokens there, which the policy is told as the verifier tells it."""
+        return self.output[start:start + count]
+
     def commit(self, committed: int, tokens: int) -> None:
         new = self.output[committed:committed + tokens]
         for m, d in self.drafters.items():

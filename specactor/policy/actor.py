@@ -83,7 +83,7 @@ class PolicyActor(Actor):
                 offered = set(v.scores) if v.scores else {v.method}
                 for method in assigned.methods:
                     fon.observe_offer(v.request_id, method, method in offered)
-            fon.observe_commit(v.request_id, len(v.tokens))
+            fon.observe_commit(v.request_id, len(v.tokens), v.tokens)
             fed += 1 + v.drafted
             rows += v.drafted > 0
             prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's

@@ -70,6 +70,15 @@ ranks methods and sizes windows is the one for the request's state, per method: 
 drafts that followed a draft right to its end, or from the others, each pooled with the global
 estimate for that state. ``"geometric"`` keeps one posterior per method, whatever came before.
 
+Drafts that are one experiment: requests in lockstep on the same text draft the same tokens and
+get the same verdict (vLLM prefills a batch's prompts in one step, samples of code open alike, and
+at T=0 a prompt's siblings are one sample). Counted as n drafts they weigh n times in the global
+estimate: live on vLLM, 28 copies of one wrong 1-token draft put ngram's estimate at 0 and kept a
+batch of 32 off. So within a plan round, drafts of one method with the same length after the same
+last ``SAME_CONTEXT`` committed tokens are one draft to the global estimate, their mean (each
+request's own evidence counts them all). The key needs the committed tokens (``observe_commit``'s
+``ids``); a caller that does not pass them gets every draft counted.
+
 Tail racing: once requests have finished and drafters have room, the slowest
 requests (lowest expected progress per step) get the next-best methods as well;
 the verifier verifies all candidates in one forward as a token tree and keeps
@@ -87,6 +96,8 @@ from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
+#: committed tokens that, with the method and the draft's length, make drafts in a round one experiment
+SAME_CONTEXT = 8
 #: how the acceptance a choice is made on depends on the request's past drafts (see the module docstring)
 ACCEPTANCE_MODELS = ("geometric", "markov")
 
@@ -114,6 +125,11 @@ class Acceptance:
         kept = decay ** (accepted + failed)
         self.successes = self.successes * kept + accepted
         self.failures = self.failures * kept + failed
+
+    def revise(self, old: tuple[float, float], new: tuple[float, float]) -> None:
+        """Replace counts ``old`` (successes, failures) added earlier by ``new``."""
+        self.successes += new[0] - old[0]
+        self.failures += new[1] - old[1]
 
     @property
     def mean(self) -> float:
@@ -149,6 +165,7 @@ class _Request:
     in_run: dict[str, bool] = field(default_factory=dict)  # per method: its last scored draft was right to its end
     scored_at: dict[str, int] = field(default_factory=dict)  # per method: committed tokens when it was scored last
     committed: int = 0
+    recent: tuple[int, ...] | None = None  # its last SAME_CONTEXT committed tokens (None: never told them)
     steps: int = 0
     hold_until: int = 0  # plan round before which the primary method is not switched
     draft_rates: dict[str, float] = field(default_factory=dict)  # share of steps with a draft, per method
@@ -221,6 +238,8 @@ class FastestOfN:
         self.global_fresh = {m: Acceptance() for m in methods}
         self.requests: dict[str, _Request] = {}
         self.peak_requests = 0
+        # this round's drafts by (method, recent tokens, length, markov state): members, their summed counts
+        self.round_drafts: dict[tuple, list[float]] = {}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -236,18 +255,35 @@ class FastestOfN:
         """A draft of ``method`` for ``request_id`` had ``accepted`` of ``drafted`` tokens right."""
         if method not in self.global_arms or drafted <= 0:
             return
-        self.global_arms[method].observe(drafted, accepted, 0.999)
         req = self.requests.get(request_id)
+        in_run = req is not None and req.in_run.get(method, False)
+        states = [self.global_arms[method]]
+        if self.markov:
+            states.append((self.global_runs if in_run else self.global_fresh)[method])
+        self._observe_global(states, (method, req.recent if req else None, drafted, in_run), drafted, accepted)
         if req is not None:
             req.arms.setdefault(method, Acceptance()).observe(drafted, accepted, self.token_decay)
             req.drafts_seen += 1
             if self.markov:
-                in_run = req.in_run.get(method, False)
-                (self.global_runs if in_run else self.global_fresh)[method].observe(drafted, accepted, 0.999)
                 (req.runs if in_run else req.fresh).setdefault(method, Acceptance()).observe(
                     drafted, accepted, self.token_decay)
                 req.in_run[method] = accepted >= drafted
                 req.scored_at[method] = req.committed
+
+    def _observe_global(self, arms: list[Acceptance], key: tuple, drafted: int, accepted: int) -> None:
+        """Count a draft in the global estimates, once with the round's others of the same key (their
+        mean: see the module docstring); every draft alone where the request's tokens are unknown."""
+        group = self.round_drafts.get(key) if key[1] is not None else None
+        if group is None:
+            for arm in arms:
+                arm.observe(drafted, accepted, 0.999)
+            if key[1] is not None:
+                self.round_drafts[key] = [1, accepted, float(accepted < drafted)]
+            return
+        n, successes, failures = group
+        group[:] = [n + 1, successes + accepted, failures + (accepted < drafted)]
+        for arm in arms:
+            arm.revise((successes / n, failures / n), (group[1] / (n + 1), group[2] / (n + 1)))
 
     def observe_offer(self, request_id: str, method: str, offered: bool) -> None:
         """Whether ``method``, drafting for the request, had a draft for this step."""
@@ -256,11 +292,14 @@ class FastestOfN:
             rate = req.draft_rates.get(method, 1.0)
             req.draft_rates[method] = rate + (1 - self.decay) * (float(offered) - rate)
 
-    def observe_commit(self, request_id: str, tokens: int) -> None:
+    def observe_commit(self, request_id: str, tokens: int, ids: list[int] | None = None) -> None:
+        """The step committed ``tokens`` tokens for the request (``ids``: which, where known)."""
         req = self.requests.get(request_id)
         if req is not None:
             req.committed += tokens
             req.steps += 1
+            if ids is not None:
+                req.recent = ((req.recent or ()) + tuple(ids))[-SAME_CONTEXT:]
 
     # ------------------------------------------------------------------ choosing
 
@@ -341,6 +380,7 @@ class FastestOfN:
         the verifier's step count, by which rounds pass while the caller plans rarely)."""
         batch = batch or len(self.requests) or 1
         before = self.rounds
+        self.round_drafts.clear()
         self.rounds = max(self.rounds + 1, step / self.round_steps) if step is not None else self.rounds + 1
         steps = self.cost.at_batch(batch)
         free = [m for m in self.methods if self.is_free(m, batch)]

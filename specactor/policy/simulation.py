@@ -17,7 +17,7 @@ of their drafts when racing (all verified, at the cost of their tokens), and
 the longest draft's otherwise, the primary's on a tie (the others are only
 scored: full information), as the verifier does.
 
-A request is anything with ``request_id``, ``length``, ``draft`` and ``commit``
+A request is anything with ``request_id``, ``length``, ``draft``, ``commit`` and ``tokens``
 (:class:`SimRequest` here; :class:`specactor.bench.replay_workload.ReplayRequest`
 replays a finished rollout's own tokens through the real drafters, whose
 acceptance is not geometric).
@@ -54,6 +54,10 @@ class SimRequest:
     def commit(self, committed: int, tokens: int) -> None:
         """The step committed ``tokens`` after ``committed``: nothing to remember here."""
 
+    def tokens(self, start: int, count: int) -> list[int] | None:
+        """Its draws have no text: the policy is told none."""
+        return None
+
 
 class Request(Protocol):
     request_id: str
@@ -61,13 +65,14 @@ class Request(Protocol):
 
     def draft(self, method: str, committed: int, window: int, rng: random.Random) -> tuple[int, int]: ...
     def commit(self, committed: int, tokens: int) -> None: ...
+    def tokens(self, start: int, count: int) -> list[int] | None: ...
 
 
 class Policy(Protocol):
     def add_request(self, request_id: str) -> None: ...
     def remove_request(self, request_id: str) -> None: ...
     def observe(self, request_id: str, method: str, drafted: int, accepted: int) -> None: ...
-    def observe_commit(self, request_id: str, tokens: int) -> None: ...
+    def observe_commit(self, request_id: str, tokens: int, ids: list[int] | None = None) -> None: ...
     def plan(self, batch: int | None = None, step: int | None = None) -> dict[str, Choice]: ...
 
 
@@ -84,7 +89,7 @@ class _Baseline:
     def observe(self, request_id: str, method: str, drafted: int, accepted: int) -> None:
         pass
 
-    def observe_commit(self, request_id: str, tokens: int) -> None:
+    def observe_commit(self, request_id: str, tokens: int, ids: list[int] | None = None) -> None:
         pass
 
 
@@ -206,7 +211,7 @@ class Simulator:
                 gained = min(best + 1, req.length - done)
                 req.commit(done, gained)
                 committed[rid] = done + gained
-                policy.observe_commit(rid, gained)
+                policy.observe_commit(rid, gained, req.tokens(done, gained))
                 if committed[rid] >= req.length:
                     del committed[rid]
                     finish[rid] = clock

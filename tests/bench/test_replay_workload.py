@@ -76,6 +76,9 @@ def test_the_verifier_takes_the_longest_draft() -> None:
         def commit(self, committed: int, tokens: int) -> None:
             pass
 
+        def tokens(self, start: int, count: int) -> None:
+            return None
+
     class Both(FixedPolicy):
         def plan(self, batch=None, step=None):
             return {r: Choice(["ngram", "suffix"], 3, True, "both") for r in self.requests}
