@@ -91,8 +91,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, progress_by_window, race_progress,
-                                         useful_window)
+from specactor.drafters.base import decoupled_lookahead
+from specactor.policy.cost_model import (CostModel, StepCosts, decoupled_work, expected_progress, progress_by_window,
+                                         race_progress, useful_window)
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
@@ -365,7 +366,10 @@ class FastestOfN:
         if not window or speed < plain * (1 + self.min_gain):
             return Choice([], 0, self.decoupled, f"off: cold start, no method pays at batch {batch} "
                                                  f"(plain {plain:.1f} tok/s)")
-        return Choice([method], window, self._decoupled(p, method, batch, window, steps),
+        draft = self.cost.draft_s(method, batch)
+        ahead = self._latency(steps.verify(batch * (window + 1), batch), window * draft,
+                              decoupled_work(p, window) * draft)[1]
+        return Choice([method], window, ahead,
                       f"cold start, best so far: {method} w={window} p={p:.2f} predicts {speed:.1f} tok/s "
                       f"(plain {plain:.1f})")
 
@@ -496,7 +500,7 @@ class FastestOfN:
             else:
                 req.shadow_gap = 0  # speculating: once off again, it is shadowed soon
                 p = drawn if i in explorers else sure
-                choice = Choice([method], window, self._decoupled(p, method, batch, window, steps),
+                choice = Choice([method], window, self.decoupled,
                                 f"{why}: {method} w={window} p={p:.2f}: batch {speed:.1f} tok/s "
                                 f"(plain {plain:.1f})")
                 riders = [m for m in free if m != method]
@@ -508,6 +512,11 @@ class FastestOfN:
         self.replan_soon = bool(explorers)  # awaiting ones too: plan again as soon as their drafts are in
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
+        # one mode for the step's drafts: a coupled request makes the verifier wait for its drafts
+        ahead = self._plan_step(plan, batch)[1]
+        for choice in plan.values():
+            if choice.window:
+                choice.decoupled = ahead
         return plan
 
     def _shadow_period(self, req: _Request, free: list[str]) -> bool:
@@ -534,28 +543,75 @@ class FastestOfN:
         what the methods of a request are ranked by."""
         return steps.best_window(p, self.cost.draft_s(method, steps.batch), q, self.max_window, self.decoupled)
 
-    def _decoupled(self, p: float, method: str, batch: int, window: int, steps: StepCosts) -> bool:
-        """Decoupled unless drafting costs real time and most of the lookahead would be thrown
-        away (the whole window survives with probability p**w): then coupled mode, which drafts
-        only after each verdict, spends less of the drafter that the other requests share."""
+    def _drafting_s(self, rows: list[tuple[str, float, int, float]]) -> tuple[float, float]:
+        """(coupled, decoupled) drafting seconds of a step whose drafting rows are (method, p,
+        window, draft rate). A method's drafter serves all its rows in one round, as long as its
+        longest: coupled, its longest window; decoupled, a whole lookahead for the longest window
+        unless every row drafting that window kept its lookahead (with many rows, nearly always
+        some row's draft was cut), and at least what one row is expected to need
+        (:func:`decoupled_work`). The methods' drafters run side by side."""
+        longest: dict[str, int] = {}
+        kept: dict[str, float] = {}  # per method: the chance no row at its longest window was cut
+        work: dict[str, float] = {}
+        count: dict[str, int] = {}
+        for method, p, w, q in sorted((r for r in rows if r[2]), key=lambda r: -r[2]):
+            if method not in longest:
+                longest[method], kept[method] = w, 1.0
+            if w == longest[method]:
+                kept[method] *= 1 - q * (1 - p ** w)
+            work[method] = max(work.get(method, 0.0), decoupled_work(p, w, q))
+            count[method] = count.get(method, 0) + 1
+        for m, w in longest.items():
+            cut = 1 - kept[m]
+            work[m] = max(work[m], cut * decoupled_lookahead(w) + (1 - cut) * (w + 1))
+        coupled = max((longest[m] * self.cost.draft_s(m, count[m]) for m in longest), default=0.0)
+        decoupled = max((work[m] * self.cost.draft_s(m, count[m]) for m in work), default=0.0)
+        return coupled, decoupled
+
+    def _latency(self, verify: float, coupled: float, decoupled: float) -> tuple[float, bool]:
+        """(seconds, decoupled?) of a step: decoupled drafting hides behind the verify step unless
+        the drafter, redrafting what rollbacks discard, outlasts it; coupled drafting never drafts
+        what a rollback discards but adds its time to the step (the verifier waits for it). The
+        step takes whichever is shorter: where drafting is cheap beside a step (cheap drafters on
+        a CPU) that is decoupled; where a step is short (a GPU) and most lookahead is discarded
+        (T=1), it can be coupled."""
         if not self.decoupled:
-            return False
-        slow = window * self.cost.draft_s(method, batch) > 0.1 * steps.verify(batch * (window + 1))
-        return not (slow and p ** window < 0.2)
+            return verify + coupled, False
+        ahead = max(verify, decoupled)
+        return (ahead, True) if ahead <= verify + coupled else (verify + coupled, False)
+
+    def _step(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]], windows: list[int],
+              explorers: set[int] = frozenset()) -> tuple[float, bool]:
+        """(seconds, decoupled?) of the step where request i of ``picked`` drafts ``windows[i]``
+        (explorers at their draws' acceptance, the others at their cautious one)."""
+        fed, rows = float(steps.batch), 0.0
+        drafting = []
+        for i, ((_, method, sure, drawn, q, _), w) in enumerate(zip(picked, windows)):
+            if w:
+                fed, rows = fed + q * w, rows + q
+                drafting.append((method, drawn if i in explorers else sure, w, q))
+        return self._latency(steps.verify(fed, rows), *self._drafting_s(drafting))
+
+    def _plan_step(self, plan: dict[str, Choice], batch: int, fed: float | None = None) -> tuple[float, bool]:
+        """(seconds, decoupled?) of the step a plan makes: every method of a speculating request
+        drafts its window, at the request's cautious acceptance for that method; ``fed``: the
+        tokens verified, where the caller knows better than the primary method's window."""
+        rows, drafting = 0.0, []
+        verified = float(batch)
+        for rid, choice in plan.items():
+            req = self.requests.get(rid)
+            if not choice.window or req is None:
+                continue
+            q = req.draft_rates.get(choice.methods[0], 1.0)
+            verified, rows = verified + q * choice.window, rows + q
+            drafting += [(m, self._exploit_p(req, m), choice.window, req.draft_rates.get(m, 1.0)) for m in choice.methods]
+        verify = self.cost.verify_rows_s(batch, verified if fed is None else fed, rows)
+        return self._latency(verify, *self._drafting_s(drafting))
 
     def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
                 windows: list[int]) -> float:
         """Predicted seconds of the step where request i of ``picked`` drafts ``windows[i]``."""
-        fed, rows = float(steps.batch), 0.0
-        drafting: dict[str, tuple[int, int]] = {}
-        for (_, method, _, _, q, _), w in zip(picked, windows):
-            if w:
-                fed, rows = fed + q * w, rows + q
-                n, longest = drafting.get(method, (0, 0))
-                drafting[method] = (n + 1, max(longest, w))
-        verify = steps.verify(fed, rows)
-        draft = max((w * self.cost.draft_s(m, n) for m, (n, w) in drafting.items()), default=0.0)
-        return max(verify, draft) if self.decoupled else verify + draft
+        return self._step(steps, picked, windows)[0]
 
     def _allocate(self, steps: StepCosts,
                   entries: list[tuple[str, float, float]]) -> tuple[list[int], float, float]:
@@ -573,26 +629,22 @@ class FastestOfN:
         if n == 0:
             return windows, 0.0, 0.0
         gains = [[q * (e - 1.0) for e in progress_by_window(p, top)] for _, p, q in entries]
-        # drafting time matters only for methods whose drafting can outlast a verify step (decoupled)
-        # or add more than 1% to it (coupled)
-        share = 1.0 if self.decoupled else 0.01
-        costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * top > share * steps.decode}
+        # drafting time matters only for methods whose drafting can outlast a verify step (decoupled,
+        # its whole lookahead redrafted) or add more than 1% to it (coupled only)
+        if self.decoupled:  # only a drafter redrafting a whole lookahead for the longest window
+            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * decoupled_work(0.0, top) > steps.decode}
+        else:
+            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * top > 0.01 * steps.decode}
         base_fed = float(max(batch, n))
         state = {"progress": float(n), "fed": base_fed, "rows": 0.0}
 
         def speed() -> float:
             verify = steps.verify(state["fed"], state["rows"])
-            drafting = 0.0
+            latency = verify
             if costly:
-                longest: dict[str, int] = {}
-                count: dict[str, int] = {}
-                for i, w in enumerate(windows):
-                    m = entries[i][0]
-                    if w and m in costly:
-                        longest[m] = max(longest.get(m, 0), w)
-                        count[m] = count.get(m, 0) + 1
-                drafting = max((longest[m] * self.cost.draft_s(m, count[m]) for m in longest), default=0.0)
-            latency = max(verify, drafting) if self.decoupled else verify + drafting
+                latency = self._latency(verify, *self._drafting_s(
+                    [(entries[i][0], entries[i][1], w, entries[i][2]) for i, w in enumerate(windows)
+                     if w and entries[i][0] in costly]))[0]
             return state["progress"] / latency if latency > 0 else 0.0
 
         def setw(i: int, w: int) -> None:
@@ -660,8 +712,7 @@ class FastestOfN:
                 n, w = drafting.get(m, (0, 0))
                 drafting[m] = (n + 1, max(w, choice.window))
         total = sum(progress.values())
-        rows = sum(1 for c in plan.values() if c.window)
-        step = self.cost.step_s(batch, fed, drafting, self.decoupled, rows)
+        step = self._plan_step(plan, batch, fed)[0]
         left = f"{len(self.requests)} of {self.peak_requests} left"
         for rid in sorted(plan, key=progress.__getitem__):
             choice = plan[rid]
@@ -686,7 +737,7 @@ class FastestOfN:
                     n, w = drafting.get(added, (0, 0))
                     trial_drafting[added] = (n + 1, max(w, trial.window))
                 new_fed = fed - old_fed + trial_fed
-                new_step = self.cost.step_s(batch, new_fed, trial_drafting, self.decoupled, rows)
+                new_step = self._plan_step({**plan, rid: trial}, batch, new_fed)[0]
                 new_total = total - progress[rid] + gain_progress
                 if new_total / new_step <= (1 + self.min_gain) * total / step:  # racing must pay, as speculating must
                     continue

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from specactor.drafters.base import decoupled_lookahead
+
 
 #: a draft token accepted with less probability than this buys next to nothing
 NEGLIGIBLE = 0.02
@@ -72,6 +74,19 @@ def expected_progress(p: float, window: int) -> float:
     if p >= 1.0:
         return float(window + 1)
     return (1.0 - p ** (window + 1)) / (1.0 - p)
+
+
+def decoupled_work(p: float, window: int, draft_rate: float = 1.0) -> float:
+    """Tokens a decoupled drafter drafts a step for one request verifying up to ``window`` of them
+    at per-token acceptance ``p``: the ``window + 1`` the step used while the whole lookahead
+    survives (``p**window``), and its whole lookahead (:func:`decoupled_lookahead`) again after a
+    step that cut it, since a rollback discards everything past the first wrong token; one token's
+    worth (a lookup that found nothing) on the steps without a draft (``1 - draft_rate``).
+    Coupled drafting drafts ``window`` a step, after the verdict: no waste, but on the critical path."""
+    if window <= 0:
+        return 0.0
+    survive = p ** window
+    return draft_rate * (survive * (window + 1) + (1 - survive) * decoupled_lookahead(window)) + (1 - draft_rate)
 
 
 def progress_by_window(p: float, max_window: int) -> list[float]:

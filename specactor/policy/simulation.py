@@ -15,7 +15,11 @@ model assumes, with its own seeded generator, so two policies run on the same
 seed see the same workload. A request with several methods commits the best
 of their drafts when racing (all verified, at the cost of their tokens), and
 the longest draft's otherwise, the primary's on a tie (the others are only
-scored: full information), as the verifier does.
+scored: full information), as the verifier does. Drafting runs beside the
+verify step when every request's drafts are decoupled, after it otherwise; a
+decoupled drafter drafts, for each request, its whole lookahead again after a
+step that cut it, the tokens the step used after one that kept it, and one
+lookup where it had no draft.
 
 A request is anything with ``request_id``, ``length``, ``draft``, ``commit`` and ``tokens``
 (:class:`SimRequest` here; :class:`specactor.bench.replay_workload.ReplayRequest`
@@ -29,6 +33,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specactor.drafters.base import decoupled_lookahead
 from specactor.policy.bandit import Choice
 from specactor.policy.cost_model import CostModel
 
@@ -145,6 +150,16 @@ def accepted_length(rng: random.Random, p: float, window: int) -> int:
     return a
 
 
+def _drafted_ahead(last: str | None, window: int) -> int:
+    """Tokens a decoupled drafter drafts for a request this step, by what the last verdict left of
+    its lookahead: the whole lookahead after a cut (or before its first draft), the ``window + 1``
+    the step used after a draft right to its end, one lookup after a step it had no draft for
+    (:func:`specactor.policy.cost_model.decoupled_work` is the policy's expectation of this)."""
+    if not window:
+        return 0
+    return {"kept": window + 1, "none": 1}.get(last or "", decoupled_lookahead(window))
+
+
 class Simulator:
     def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1, lag: int = 0) -> None:
         """``lag``: steps before a plan takes effect. Live it is about 2: the verifier steps on while
@@ -167,6 +182,7 @@ class Simulator:
         clock, steps, choices, finish = 0.0, 0, [], {}
         plan: dict[str, Choice] = {}
         pending: list[tuple[int, dict[str, Choice]]] = []  # (step it takes effect, plan)
+        lookahead: dict[tuple[str, str], str] = {}  # (request, method) -> what its last draft's verdict left
         while committed and steps < max_steps:
             batch = len(committed)
             if steps % self.plan_every == 0 or getattr(policy, "replan_soon", False):
@@ -179,7 +195,8 @@ class Simulator:
             drafts = {rid: [by_id[rid].draft(m, committed[rid], choice.window or 1, rng) for m in choice.methods]
                       for rid, choice in now.items()}
             fed = rows = 0
-            drafting: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
+            coupled: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
+            ahead: dict[str, tuple[int, int]] = {}  # method -> (requests, most a decoupled drafter drafts)
             decoupled = True
             for rid, choice in now.items():
                 decoupled &= choice.decoupled
@@ -190,9 +207,11 @@ class Simulator:
                     rows += verified > 0
                 fed += 1
                 for m in choice.methods:
-                    n, w = drafting.get(m, (0, 0))
-                    drafting[m] = (n + 1, max(w, choice.window))
-            step = self.cost.step_s(batch, fed, drafting, decoupled, rows)
+                    n, w = coupled.get(m, (0, 0))
+                    coupled[m] = (n + 1, max(w, choice.window))
+                    n, w = ahead.get(m, (0, 0))
+                    ahead[m] = (n + 1, max(w, _drafted_ahead(lookahead.get((rid, m)), choice.window)))
+            step = self.cost.step_s(batch, fed, ahead if decoupled else coupled, decoupled, rows)
             clock += step
             steps += 1
             if learner is not None:
@@ -202,6 +221,8 @@ class Simulator:
                 choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))
                 best, longest = 0, 0
                 for m, (drafted, accepted) in zip(choice.methods, drafts[rid]):
+                    if choice.window:
+                        lookahead[(rid, m)] = "none" if not drafted else "kept" if accepted >= drafted else "cut"
                     if offer is not None:
                         offer(rid, m, drafted > 0)
                     policy.observe(rid, m, drafted, accepted)
