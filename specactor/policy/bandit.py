@@ -366,10 +366,7 @@ class FastestOfN:
         if not window or speed < plain * (1 + self.min_gain):
             return Choice([], 0, self.decoupled, f"off: cold start, no method pays at batch {batch} "
                                                  f"(plain {plain:.1f} tok/s)")
-        draft = self.cost.draft_s(method, batch)
-        ahead = self._latency(steps.verify(batch * (window + 1), batch), window * draft,
-                              decoupled_work(p, window) * draft)[1]
-        return Choice([method], window, ahead,
+        return Choice([method], window, self.decoupled,
                       f"cold start, best so far: {method} w={window} p={p:.2f} predicts {speed:.1f} tok/s "
                       f"(plain {plain:.1f})")
 
@@ -512,11 +509,6 @@ class FastestOfN:
         self.replan_soon = bool(explorers)  # awaiting ones too: plan again as soon as their drafts are in
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
-        # one mode for the step's drafts: a coupled request makes the verifier wait for its drafts
-        ahead = self._plan_step(plan, batch)[1]
-        for choice in plan.values():
-            if choice.window:
-                choice.decoupled = ahead
         return plan
 
     def _shadow_period(self, req: _Request, free: list[str]) -> bool:
@@ -568,32 +560,30 @@ class FastestOfN:
         decoupled = max((work[m] * self.cost.draft_s(m, count[m]) for m in work), default=0.0)
         return coupled, decoupled
 
-    def _latency(self, verify: float, coupled: float, decoupled: float) -> tuple[float, bool]:
-        """(seconds, decoupled?) of a step: decoupled drafting hides behind the verify step unless
-        the drafter, redrafting what rollbacks discard, outlasts it; coupled drafting never drafts
-        what a rollback discards but adds its time to the step (the verifier waits for it). The
-        step takes whichever is shorter: where drafting is cheap beside a step (cheap drafters on
-        a CPU) that is decoupled; where a step is short (a GPU) and most lookahead is discarded
-        (T=1), it can be coupled."""
-        if not self.decoupled:
-            return verify + coupled, False
-        ahead = max(verify, decoupled)
-        return (ahead, True) if ahead <= verify + coupled else (verify + coupled, False)
+    def _latency(self, verify: float, coupled: float, decoupled: float) -> float:
+        """Seconds of a step. Decoupled (the default), the verifier never waits for a
+        drafter: drafting hides behind the verify step unless the drafter, redrafting what
+        rollbacks discard, cannot keep up, and then the step makes what a step that long would (live
+        it verifies the shorter drafts that are ready). Coupled (an engine configured so), the
+        verifier waits for the drafts: their time adds to the step. Choosing coupled per step was
+        tried: the replays on GPU shapes never took it, and live a coupled model drafter ran 0.65x
+        where a decoupled one ran 0.95x (bench/RESULTS.md, issue 4)."""
+        return max(verify, decoupled) if self.decoupled else verify + coupled
 
-    def _step(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]], windows: list[int],
-              explorers: set[int] = frozenset()) -> tuple[float, bool]:
-        """(seconds, decoupled?) of the step where request i of ``picked`` drafts ``windows[i]``
-        (explorers at their draws' acceptance, the others at their cautious one)."""
+    def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
+                windows: list[int]) -> float:
+        """Predicted seconds of the step where request i of ``picked`` drafts ``windows[i]`` (at
+        its cautious acceptance)."""
         fed, rows = float(steps.batch), 0.0
         drafting = []
-        for i, ((_, method, sure, drawn, q, _), w) in enumerate(zip(picked, windows)):
+        for (_, method, sure, _, q, _), w in zip(picked, windows):
             if w:
                 fed, rows = fed + q * w, rows + q
-                drafting.append((method, drawn if i in explorers else sure, w, q))
+                drafting.append((method, sure, w, q))
         return self._latency(steps.verify(fed, rows), *self._drafting_s(drafting))
 
-    def _plan_step(self, plan: dict[str, Choice], batch: int, fed: float | None = None) -> tuple[float, bool]:
-        """(seconds, decoupled?) of the step a plan makes: every method of a speculating request
+    def _plan_step_s(self, plan: dict[str, Choice], batch: int, fed: float | None = None) -> float:
+        """Seconds of the step a plan makes: every method of a speculating request
         drafts its window, at the request's cautious acceptance for that method; ``fed``: the
         tokens verified, where the caller knows better than the primary method's window."""
         rows, drafting = 0.0, []
@@ -607,11 +597,6 @@ class FastestOfN:
             drafting += [(m, self._exploit_p(req, m), choice.window, req.draft_rates.get(m, 1.0)) for m in choice.methods]
         verify = self.cost.verify_rows_s(batch, verified if fed is None else fed, rows)
         return self._latency(verify, *self._drafting_s(drafting))
-
-    def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
-                windows: list[int]) -> float:
-        """Predicted seconds of the step where request i of ``picked`` drafts ``windows[i]``."""
-        return self._step(steps, picked, windows)[0]
 
     def _allocate(self, steps: StepCosts,
                   entries: list[tuple[str, float, float]]) -> tuple[list[int], float, float]:
@@ -644,7 +629,7 @@ class FastestOfN:
             if costly:
                 latency = self._latency(verify, *self._drafting_s(
                     [(entries[i][0], entries[i][1], w, entries[i][2]) for i, w in enumerate(windows)
-                     if w and entries[i][0] in costly]))[0]
+                     if w and entries[i][0] in costly]))
             return state["progress"] / latency if latency > 0 else 0.0
 
         def setw(i: int, w: int) -> None:
@@ -712,7 +697,7 @@ class FastestOfN:
                 n, w = drafting.get(m, (0, 0))
                 drafting[m] = (n + 1, max(w, choice.window))
         total = sum(progress.values())
-        step = self._plan_step(plan, batch, fed)[0]
+        step = self._plan_step_s(plan, batch, fed)
         left = f"{len(self.requests)} of {self.peak_requests} left"
         for rid in sorted(plan, key=progress.__getitem__):
             choice = plan[rid]
@@ -737,7 +722,7 @@ class FastestOfN:
                     n, w = drafting.get(added, (0, 0))
                     trial_drafting[added] = (n + 1, max(w, trial.window))
                 new_fed = fed - old_fed + trial_fed
-                new_step = self._plan_step({**plan, rid: trial}, batch, new_fed)[0]
+                new_step = self._plan_step_s({**plan, rid: trial}, batch, new_fed)
                 new_total = total - progress[rid] + gain_progress
                 if new_total / new_step <= (1 + self.min_gain) * total / step:  # racing must pay, as speculating must
                     continue
