@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from specactor.cli import main
 
@@ -23,8 +24,10 @@ def test_it_prints_and_writes_the_policy_beside_its_ceilings(tmp_path, capsys) -
     assert main(["replay", path, "--profile", "packaged", "--seeds", "1", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "4 samples, 1100 tokens; step times from the packaged profile" in printed
-    for name in ("plain", "specactor policy", "clairvoyant", "perfect"):
+    for name in ("plain", "specactor policy"):
         assert f"| rollout.jsonl | {name} |" in printed
+    for name in ("clairvoyant", "perfect"):  # the ceilings at their best fixed window
+        assert re.search(rf"\| rollout\.jsonl \| {name} \(window (1|2|4|8|16)\) \|", printed)
     runs = json.loads(out.read_text())["runs"]
     assert runs["plain"]["speedup"] == 1.0 and runs["plain"]["steps"] == 350
     assert 1.5 < runs["specactor policy"]["speedup"] <= runs["clairvoyant"]["speedup"] <= runs["perfect"]["speedup"]
