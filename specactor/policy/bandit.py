@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 from specactor.drafters.base import decoupled_lookahead
@@ -617,7 +618,7 @@ class FastestOfN:
         # drafting time matters only for methods whose drafting can outlast a verify step (decoupled,
         # its whole lookahead redrafted) or add more than 1% to it (coupled only)
         if self.decoupled:  # only a drafter redrafting a whole lookahead for the longest window
-            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * decoupled_work(0.0, top) > steps.decode}
+            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * decoupled_lookahead(top) > steps.decode}
         else:
             costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * top > 0.01 * steps.decode}
         base_fed = float(max(batch, n))
@@ -688,14 +689,11 @@ class FastestOfN:
         the cost model says the step's throughput rises."""
         capacity = max(1, self.peak_requests)  # requests each drafter served at the peak
         fed = 0
-        drafting: dict[str, tuple[int, int]] = {}
+        serving = Counter(m for choice in plan.values() for m in choice.methods)  # requests per drafter
         progress: dict[str, float] = {}
         for rid, choice in plan.items():
             progress[rid], tokens = self._progress(rid, choice)
             fed += tokens
-            for m in choice.methods:
-                n, w = drafting.get(m, (0, 0))
-                drafting[m] = (n + 1, max(w, choice.window))
         total = sum(progress.values())
         step = self._plan_step_s(plan, batch, fed)
         left = f"{len(self.requests)} of {self.peak_requests} left"
@@ -708,8 +706,7 @@ class FastestOfN:
                 trials.append((Choice(list(choice.methods), choice.window, choice.decoupled, choice.reason, True),
                                None))
             for _, method, window in ranked[rid][1:]:
-                n, _ = drafting.get(method, (0, 0))
-                if window and n < capacity and method not in choice.methods \
+                if window and serving[method] < capacity and method not in choice.methods \
                         and len(choice.methods) < self.max_racers:
                     trials.append((Choice(choice.methods + [method], max(choice.window, window), choice.decoupled,
                                           choice.reason, True), method))
@@ -717,10 +714,6 @@ class FastestOfN:
             for trial, added in trials:
                 gain_progress, trial_fed = self._progress(rid, trial)
                 _, old_fed = self._progress(rid, choice)
-                trial_drafting = dict(drafting)
-                if added is not None:
-                    n, w = drafting.get(added, (0, 0))
-                    trial_drafting[added] = (n + 1, max(w, trial.window))
                 new_fed = fed - old_fed + trial_fed
                 new_step = self._plan_step_s({**plan, rid: trial}, batch, new_fed)
                 new_total = total - progress[rid] + gain_progress
@@ -728,5 +721,7 @@ class FastestOfN:
                     continue
                 trial.reason += f"; tail: racing {'+'.join(trial.methods)} ({left})"
                 plan[rid] = choice = trial
-                drafting, fed, step, total = trial_drafting, new_fed, new_step, new_total
+                fed, step, total = new_fed, new_step, new_total
+                if added is not None:
+                    serving[added] += 1
                 progress[rid] = gain_progress
