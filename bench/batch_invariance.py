@@ -1,7 +1,8 @@
 """How many samples change with the batch size, and between autoregressive and specactor.
 
     python bench/batch_invariance.py [--prompts 64] [--n 4] [--tokens 256] [--batches 32,8,1]
-                                     [--batch1-prompts N] [--dtype float32|bfloat16] [--out PATH]
+                                     [--batch1-prompts N] [--dtype float32|bfloat16] [--device cpu|cuda]
+                                     [--out PATH]
 
 The same HumanEval samples (prompts x n, T=1, seeds by the one seed rule) are
 decoded by the autoregressive engine at each batch size, and by specactor
@@ -35,13 +36,13 @@ from specactor.tokenizer import Tokenizer
 
 
 def decode_engine(prompts: list[list[int]], ids: list[str], params: SamplingParams, batch: int,
-                  max_len: int, dtype: str) -> dict[str, list[int]]:
+                  max_len: int, dtype: str, device: str = "cpu") -> dict[str, list[int]]:
     """The autoregressive engine in this process at ``batch`` requests per step."""
     from specactor.verifier.engine import Engine, sample_sequences
     from specactor.verifier.weights import load_causal_lm
 
     folder = resolve_model(None)
-    model = load_causal_lm(folder, dtype=torch_dtype(dtype))
+    model = load_causal_lm(folder, dtype=torch_dtype(dtype), device=device)
     eos = set(model.cfg.eos_token_ids) | {Tokenizer(folder).eos_token_id}
     seqs = sample_sequences(prompts, params, ids)
     Engine(model, max_batch=batch, max_len=max_len, eos_token_ids=eos).run(seqs)
@@ -49,11 +50,11 @@ def decode_engine(prompts: list[list[int]], ids: list[str], params: SamplingPara
 
 
 async def decode_specactor(prompts: list[list[int]], ids: list[str], params: SamplingParams, batch: int,
-                           max_len: int, dtype: str) -> dict[str, list[int]]:
+                           max_len: int, dtype: str, device: str = "cpu") -> dict[str, list[int]]:
     from specactor.coordinator import RolloutEngine
 
     config = EngineConfig(mode="specactor", drafters=["ngram", "suffix"], max_batch=batch, max_len=max_len,
-                          dtype=dtype)
+                          dtype=dtype, device=device)
     async with RolloutEngine(config) as engine:
         return {r.request_id: r.token_ids for r in await engine.generate(prompts, params, request_ids=ids)}
 
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--batches", default="32,8,1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--batch1-prompts", type=int, default=None,
                         help="decode only the first N prompts' samples at batch 1 (it is the slowest by far)")
     parser.add_argument("--out", default="bench/results/batch_invariance.json")
@@ -89,16 +91,17 @@ def main() -> None:
     runs = [(f"autoregressive batch {b}", "engine", b) for b in batches]
     runs.insert(1, (f"specactor batch {batches[0]}", "specactor", batches[0]))
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(args),
-                    "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+                    "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}"
+                    + (f", {torch.cuda.get_device_name(args.device)}" if args.device.startswith("cuda") else ""),
                     "samples": len(prompts) * args.n, "runs": []}
     reference: dict[str, list[int]] = {}
     for name, kind, batch in runs:
         start = time.perf_counter()
         if kind == "engine":
             count = args.batch1_prompts if batch == 1 and args.batch1_prompts else len(prompts)
-            out = decode_engine(prompts[:count], ids[:count], params, batch, max_len, args.dtype)
+            out = decode_engine(prompts[:count], ids[:count], params, batch, max_len, args.dtype, args.device)
         else:
-            out = asyncio.run(decode_specactor(prompts, ids, params, batch, max_len, args.dtype))
+            out = asyncio.run(decode_specactor(prompts, ids, params, batch, max_len, args.dtype, args.device))
         wall = time.perf_counter() - start
         reference = reference or out
         firsts = {rid: first_difference(out[rid], reference[rid]) for rid in out}

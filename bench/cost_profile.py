@@ -1,12 +1,18 @@
 """Cost profile of the target engine: forward time by batch size and chunk length.
 
     python bench/cost_profile.py [--model smollm2-135m] [--context 128] [--repeats 5]
+    python bench/cost_profile.py --shape qwen2.5-7b --device cuda --dtype bfloat16 --out P.json
 
 A command line over :func:`specactor.policy.profiling.measure` (the engine
 measures a quick profile of its own at start-up and caches it; this one is
-the full grid, for RESULTS.md or for ``EngineConfig(profile=...)``). For each
-batch size B and chunk length C, every row has ``--context`` tokens already in
-its KV cache and feeds C new tokens (C=1 is a decode step, C=k+1 verifies k
+the full grid, for RESULTS.md or for ``EngineConfig(profile=...)``). ``--shape``
+times randomly initialised weights of a named model's shape instead of a
+checkpoint: a forward's time does not depend on the weights' values, so a GPU
+profile of a 7B or 32B target needs no download (``bench/replay_policy.py
+--profile`` then replays the policy on it). For each
+batch size B and chunk length C, the rows have ``--context`` tokens already in
+their KV cache on average (spread over +-25% when B > 1, as a rollout's rows
+differ: equal lengths would let decode rows skip the attention mask) and feed C new tokens (C=1 is a decode step, C=k+1 verifies k
 draft tokens); logits are computed for all B*C positions, as verification
 needs; and, for B > 1, one row feeds C tokens while the others decode. The
 weights are packed as the engine packs them. The median over ``--repeats``
@@ -29,9 +35,47 @@ from pathlib import Path
 
 import torch
 
+from specactor.config import DTYPES, check_device, torch_dtype
 from specactor.models import resolve_model
 from specactor.policy.profiling import measure, write_profile
+from specactor.verifier.config import ModelConfig
+from specactor.verifier.model import CausalLM
 from specactor.verifier.weights import load_causal_lm
+
+#: public configs of the shapes --shape builds (Llama: tied embeddings, no biases; Qwen2: q/k/v biases)
+SHAPES = {
+    "smollm2-135m": dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         tie_word_embeddings=True),
+    "qwen2.5-7b": dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4),
+    "qwen2.5-32b": dict(model_type="qwen2", vocab_size=152064, hidden_size=5120, intermediate_size=27648,
+                        num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8),
+}
+
+
+def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
+    """A model of ``shape`` with random weights, built on ``device`` (no copy through the host)."""
+    cfg = ModelConfig.from_hf({**SHAPES[shape], "rope_theta": 1e6, "max_position_embeddings": 32768})
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype: a 32B model in float32 first would not fit
+    try:
+        with torch.device(device):
+            model = CausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    return model.eval()
+
+
+def machine(device: str) -> str:
+    """The accelerator's name where the profile ran on one (the CPU's is in the profile already)."""
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else ""
 
 
 def table(result) -> str:
@@ -47,7 +91,11 @@ def table(result) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None)
+    parser.add_argument("--model", default=None, help="registry name or checkpoint folder (default smollm2-135m)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                        help="time random weights of this model's shape instead of a checkpoint")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,48,64")
@@ -56,11 +104,25 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cost_profile.json"))
     args = parser.parse_args()
+    if args.shape and args.model:
+        parser.error("give --model or --shape, not both")
+    try:
+        check_device(args.device)
+    except ValueError as e:
+        parser.error(str(e))
     torch.set_num_threads(args.threads)
-    model = load_causal_lm(resolve_model(args.model))
+    dtype = torch_dtype(args.dtype)
+    if args.shape:
+        model = random_model(args.shape, dtype, args.device)
+    else:
+        model = load_causal_lm(resolve_model(args.model), dtype=dtype, device=args.device)
     result = measure(model, [int(x) for x in args.batch_sizes.split(",")], [int(x) for x in args.chunk_lens.split(",")],
                      args.context, args.repeats, sample=True, progress=lambda line: print(line, flush=True))
-    result["model"] = args.model or "smollm2-135m"
+    result["model"] = args.shape or args.model or "smollm2-135m"
+    if args.shape:
+        result["weights"] = "random"
+    if machine(args.device):
+        result["machine"] = f"{machine(args.device)}; host {result['machine']}"
     write_profile(args.out, result)
     print()
     print("Median forward ms (ratio to C=1):")

@@ -55,7 +55,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     group.add_argument("--backend", default="torch", choices=BACKENDS,
                        help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
                             "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")
-    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA is untested, see README)")
+    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA: tested on one H200, see README)")
     group.add_argument("--dtype", default="float32", choices=DTYPES,
                        help="precision of the target's weights, activations and KV cache")
     group.add_argument("--threads", type=positive_int, default=None,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
 from specactor.events import configure_events
+
+#: where the device-agnostic engine tests run their models: ``SPECACTOR_TEST_DEVICE=cuda`` runs the
+#: losslessness properties on a GPU (CI has none, so there they run on the CPU)
+TEST_DEVICE = os.environ.get("SPECACTOR_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ class ModelDrafter:
         noise: ``"shared"`` samples with the target's position-keyed Gumbel
             noise at the request's temperature (greedy at 0); ``"argmax"``
             always drafts the draft model's most likely token.
-        device: where its cache lives (the model's device).
+        device: where its cache lives (default: the model's device).
         quant: how ``model`` was made from float32 weights (``fp32``,
             ``bf16``, ``int8w``, ``int8``); :meth:`load_weights` does the same.
     """
@@ -96,7 +96,7 @@ class ModelDrafter:
         max_len: int = 1024,
         *,
         noise: str = "shared",
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         quant: str = "fp32",
     ) -> None:
         if noise not in NOISE_MODES:
@@ -106,7 +106,7 @@ class ModelDrafter:
         self.model = model
         self.quant = quant  # how ``model`` was made from float32 weights (for weight updates)
         self.noise = noise
-        self.device = torch.device(device)
+        self.device = torch.device(device) if device is not None else model.embed.weight.device
         self.vocab_size = model.cfg.vocab_size
         # the cache takes the embedding's dtype: float32 for fp32 and int8 (torch.ao keeps it), bf16 for
         # bf16 and int8w (quantize_int8_weights casts everything but the int8 weights to bf16)

@@ -145,7 +145,7 @@ class Engine(ServesToCompletion):
         max_len: int = 1024,
         eos_token_ids: Iterable[int] = (),
         max_prefill_tokens: int = 4096,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         pack: bool = True,
         share_prompts: bool = True,
     ) -> None:
@@ -154,7 +154,8 @@ class Engine(ServesToCompletion):
         # prepacked weights make a CPU decode step ~1.5x faster and a verify step of a few tokens
         # cost little more than a decode step (specactor.verifier.packed): the engine owns the model
         self.packed = model.pack() if pack else False
-        self.device = torch.device(device)
+        # the cache and every step's tensors live where the weights are, unless told otherwise
+        self.device = torch.device(device) if device is not None else model.embed.weight.device
         self.max_batch = max_batch
         self.max_prefill_tokens = max_prefill_tokens
         self.eos_token_ids = frozenset(eos_token_ids)

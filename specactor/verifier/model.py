@@ -17,10 +17,18 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from specactor.verifier.config import ModelConfig, rope_inv_freq
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.packed import PackedLinear, packing_available
+
+
+#: Attention kernels a step may use. Not cuDNN's: on Hopper torch prefers it for bfloat16, and it
+#: builds a graph for every new shape, while a decode step's key length grows by one every step:
+#: a 135M model's bf16 step took 55 ms on an H200 against 15 ms in float32 (bench/RESULTS.md,
+#: "specactor on a GPU"). The CPU's own choices (flash or math) are both in the list.
+ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass
@@ -107,7 +115,8 @@ def _mask(starts: list[int], q_lens: list[int], parents: list[list[int] | None] 
     for row, tree in enumerate(parents or []):
         if tree is not None:
             n, start = len(tree), starts[row]
-            allowed[row, :n, start:start + n] = _ancestry(tree)  # [q, q] bool: j is i or an ancestor of i
+            # [q, q] bool: j is i or an ancestor of i
+            allowed[row, :n, start:start + n] = _ancestry(tree).to(allowed.device)
     return allowed[:, None, None].expand(b, 1, group, max_q, max_k).reshape(b, 1, group * max_q, max_k)
 
 
@@ -287,9 +296,20 @@ class CausalLM(torch.nn.Module):
         group = cfg.num_heads // cfg.num_kv_heads
         layout = StepLayout.build(q_lens, starts, group, tokens.device, parents)
         cos, sin = self._rope(layout.positions, layout.max_k)
-        hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        t = tokens.shape[0]
         x = self.embed(tokens)
+        with sdpa_kernel(ATTENTION_BACKENDS):
+            x = self._layers(x, cache, layout, cos, sin, group)
+        for row, (start, n) in enumerate(zip(starts, q_lens)):
+            cache.lengths[row] = start + n
+        if logit_index is not None:
+            x = x[logit_index]
+        return self.lm_head(rms_norm(x, self.norm, cfg.rms_norm_eps)).float()
+
+    def _layers(self, x: torch.Tensor, cache: KVCache, layout: StepLayout, cos: torch.Tensor, sin: torch.Tensor,
+                group: int) -> torch.Tensor:
+        """The decoder layers over the step's hidden states ``x`` [T, d], writing their keys and values."""
+        cfg, b, t = self.cfg, len(layout.q_lens), x.shape[0]
+        hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.input_norm, layer.eps)
             qkv = layer.qkv(h)
@@ -304,11 +324,7 @@ class CausalLM(torch.nn.Module):
             h = rms_norm(x, layer.post_norm, layer.eps)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
-        for row, (start, n) in enumerate(zip(starts, q_lens)):
-            cache.lengths[row] = start + n
-        if logit_index is not None:
-            x = x[logit_index]
-        return self.lm_head(rms_norm(x, self.norm, cfg.rms_norm_eps)).float()
+        return x
 
     def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: StepLayout,
                    group: int) -> torch.Tensor:

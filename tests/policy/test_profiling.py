@@ -68,6 +68,25 @@ def test_measure_times_the_packed_model_in_the_cost_models_format(model, tmp_pat
     assert cost.one_row_s is not None and cost.verify_rows_s(4, 4 + 3, rows=1) > 0
 
 
+def test_a_measured_batch_holds_contexts_of_different_lengths_as_a_rollout_does(model) -> None:
+    """Rows of equal length let a batch of decode steps skip the attention mask every live step builds,
+    so the profile's decode step came out cheaper than a rollout's (and drafting dearer beside it)."""
+    seen: list[list[int]] = []
+    real = type(model).forward
+
+    def recording(self, tokens, q_lens, cache, *args, **kwargs):
+        seen.append(list(cache.lengths[:len(q_lens)]))
+        return real(self, tokens, q_lens, cache, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(model), "forward", recording)
+        measure(model, (1, 4), (1, 2), context=16, repeats=1)
+    batches = [lengths for lengths in seen if len(lengths) == 4]
+    assert batches and all(len(set(lengths)) == 4 for lengths in batches)
+    assert all(sum(lengths) / 4 == pytest.approx(16, abs=1) for lengths in batches)
+    assert all(lengths == [16] for lengths in seen if len(lengths) == 1)
+
+
 def test_the_first_call_measures_and_caches_then_the_cache_is_used(model, tiny_checkpoint: Path, cache: Path,
                                                                    events_file, monkeypatch) -> None:
     announced: list[str] = []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specactor.protocol import SamplingParams
 from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
-from tests.conftest import ours_from_hf, tiny_hf_model
+from tests.conftest import TEST_DEVICE, ours_from_hf, tiny_hf_model
 
 VOCAB = 256
 BEHAVIOURS = ["perfect", "wrong", "random", "empty", "too_long", "stale_ok", "stale_bad", "future", "silent",
@@ -21,7 +21,7 @@ BEHAVIOURS = ["perfect", "wrong", "random", "empty", "too_long", "stale_ok", "st
 
 @functools.lru_cache(maxsize=None)
 def _model(kind: str):
-    return ours_from_hf(tiny_hf_model(kind, seed=5, vocab=VOCAB))
+    return ours_from_hf(tiny_hf_model(kind, seed=5, vocab=VOCAB)).to(TEST_DEVICE)
 
 
 def _sequences(prompts, params, seeds):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
+from tests.conftest import ours_from_hf, tiny_hf_model
 
 #: Measured max |logit difference| vs transformers (fp32, CPU): tiny models
 #: ~2e-7; the default model ~1e-4 on logits of magnitude ~30 (see RESULTS.md).
@@ -124,3 +125,29 @@ def test_kv_cache_memory_is_fixed_and_reported(tiny_pair) -> None:
         assert "exceeds the KV cache length" in str(exc) or "exceed the KV cache" in str(exc)
     else:
         raise AssertionError("overflow was not refused")
+
+
+def test_attention_never_runs_on_cudnn(monkeypatch) -> None:
+    """cuDNN's attention builds a graph for every new shape, and a decode step's key length grows each
+    step: on a GPU in bfloat16 that made a step 3.7x slower. The forward keeps it out (on any device;
+    the CPU's own kernels are all still allowed)."""
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled(),
+                     torch.backends.cuda.math_sdp_enabled()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    model = ours_from_hf(tiny_hf_model("llama", seed=1))
+    cache = KVCache(model.cfg, 2, 32)
+    previous = torch.backends.cuda.cudnn_sdp_enabled()  # another library may have turned it off already
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        model(torch.tensor([1, 2, 3, 4, 5]), [3, 2], cache)
+        model(torch.tensor([6, 7]), [1, 1], cache)
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # the caller's setting is back after the forward
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(previous)
+    assert seen and all(entry == (False, True, True) for entry in seen)

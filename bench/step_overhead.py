@@ -1,0 +1,142 @@
+"""Where an engine step's time goes on a device: the timed forward of the cost profile against the
+engine's own step, on the caller's thread and on a worker thread beside an asyncio loop (as the
+verifier actor runs it), and the step's busiest host-side operations.
+
+    python bench/step_overhead.py [--shape smollm2-135m] [--device cuda] [--dtype bfloat16] [--batch 32]
+
+A small model on a GPU is bound by the host: every operation is a kernel launch of a few
+microseconds, so a step costs about the same at any batch and chunk length, and anything the host
+does beside the launches (Python bookkeeping, another thread holding the GIL, a synchronising
+copy) shows up whole in the step's time. Weights are random (``bench/cost_profile.py --shape``):
+a step's time does not depend on their values. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cost_profile import SHAPES, random_model  # noqa: E402
+
+from specactor.config import DTYPES, check_device, torch_dtype  # noqa: E402
+from specactor.protocol import SamplingParams  # noqa: E402
+from specactor.verifier.engine import Engine, Sequence  # noqa: E402
+from specactor.verifier.kv_cache import KVCache  # noqa: E402
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def engine_with_batch(model, batch: int, device: str, temperature: float) -> Engine:
+    """An engine decoding ``batch`` requests whose contexts differ (as in a rollout), past prefill."""
+    engine = Engine(model, max_batch=batch, max_len=1024)
+    g = torch.Generator().manual_seed(0)
+    for i in range(batch):
+        prompt = torch.randint(0, model.cfg.vocab_size, (64 + 9 * i,), generator=g).tolist()
+        engine.add(Sequence(f"r{i}", prompt, SamplingParams(temperature=temperature, max_tokens=400), seed=i))
+    for _ in range(3):
+        engine.step()
+    return engine
+
+
+def timed_steps(step, device: str, n: int) -> dict[str, float]:
+    """Median wall and host-only forward time of ``n`` steps (each ends in the sampler's sync)."""
+    walls, forwards = [], []
+    for _ in range(n):
+        sync(device)
+        t0 = time.perf_counter()
+        report = step()
+        sync(device)
+        walls.append(time.perf_counter() - t0)
+        forwards.append(report.forward_s)
+    return {"step_ms": round(statistics.median(walls) * 1e3, 2),
+            "forward_host_ms": round(statistics.median(forwards) * 1e3, 2)}
+
+
+async def on_worker_thread(engine: Engine, device: str, n: int, chatter_s: float | None) -> dict[str, float]:
+    """Steps run by a one-thread executor while this loop waits (and, with ``chatter_s``, wakes that
+    often to do a little Python, like an actor receiving messages)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    async def chatter() -> None:
+        while not stop.is_set():
+            sum(range(2000))  # ~20 us of Python, what decoding one small message costs
+            await asyncio.sleep(chatter_s)
+
+    task = asyncio.create_task(chatter()) if chatter_s else None
+    try:
+        return await loop.run_in_executor(pool, timed_steps, lambda: engine.step(), device, n)
+    finally:
+        stop.set()
+        if task:
+            await task
+        pool.shutdown()
+
+
+def profile_forward_ms(model, batch: int, device: str, repeats: int) -> float:
+    """The cost profile's measurement: every row at one context, one token each, synchronised."""
+    cache = KVCache(model.cfg, batch, 600, dtype=model.embed.weight.dtype, device=device)
+    tokens = torch.randint(0, model.cfg.vocab_size, (batch,)).to(device)
+    times = []
+    for _ in range(repeats + 1):
+        cache.lengths[:batch] = [512] * batch
+        sync(device)
+        t0 = time.perf_counter()
+        model(tokens, [1] * batch, cache)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times[1:]) * 1e3, 2)
+
+
+def top_host_ops(engine: Engine, device: str, count: int = 12) -> list[dict]:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        engine.step()
+        sync(device)
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:count]
+    return [{"op": e.key, "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2)} for e in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    check_device(args.device)
+    model = random_model(args.shape, torch_dtype(args.dtype), args.device)
+    out: dict = {"shape": args.shape, "device": args.device, "dtype": args.dtype, "batch": args.batch,
+                 "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if args.device.startswith("cuda"):
+        out["gpu"] = torch.cuda.get_device_name()
+    out["profile_forward_ms"] = profile_forward_ms(model, args.batch, args.device, args.steps)
+    for temperature in (0.0, 1.0):
+        engine = engine_with_batch(model, args.batch, args.device, temperature)
+        out[f"T{temperature:g}_caller_thread"] = timed_steps(engine.step, args.device, args.steps)
+        out[f"T{temperature:g}_worker_thread"] = asyncio.run(on_worker_thread(engine, args.device, args.steps, None))
+        out[f"T{temperature:g}_worker_thread_chatter_1ms"] = asyncio.run(
+            on_worker_thread(engine, args.device, args.steps, 0.001))
+        print(json.dumps(out), flush=True)
+    out["top_host_ops_T1"] = top_host_ops(engine, args.device)
+    print(json.dumps(out, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
