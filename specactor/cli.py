@@ -170,7 +170,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "learned drafter beside ngram and suffix: it trains on each epoch's rollouts at the weight update, so "
         "it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
         "vLLM, on a GPU or its CPU build). "
-        "Writes suite.json, suite.md and suite.png to --out.",
+        "Writes suite.json, suite.md and suite.png to --out, and runs.jsonl as it goes (one line per finished run; "
+        "suite.* also after each temperature but the last, so a bench stopped part-way keeps what it finished).",
         formatter_class=HelpFormatter,
     )
     bench.add_argument("--quick", action="store_true",

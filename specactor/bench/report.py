@@ -162,6 +162,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"epoch 2 runs after one real GRPO step, with epoch 1's samples in the drafters' history. "
              f"{_repeats_line(w.get('repeats', 1))}"
              f"Whole bench: {report['wall_s']} s.", "",
+             *([f"**Partial report**, {report['partial']}.", ""] if report.get("partial") else []),
              "Speed: per epoch and over all epochs (all), the makespan and its two phases: phase 1 lasts until "
              "half of the samples have finished (large batch), phase 2 is the rest (the tail); each run "
              "has its own halfway point, so a faster phase 1 can leave more of the work to phase 2. (x) is "

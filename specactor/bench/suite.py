@@ -18,6 +18,11 @@ update, and runs epoch 2 on the same prompts (new seeds), with the first
 epoch's samples in its drafters' history. Our engine's outputs are compared
 token for token with ``autoregressive``; transformers and vLLM sample
 differently, so they are compared only at temperature 0 (greedy).
+
+Nothing finished is lost when a bench is stopped part-way (a time limit, a
+machine taken back): each run is appended to ``runs.jsonl`` in ``--out`` as it
+ends, and the report is written after every temperature but the last too,
+marked partial.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ MODES: dict[str, Mode] = {
 
 
 DEFAULT_MODES = ("autoregressive", "specactor")
+#: One JSON line per finished run, written as each ends (a bench stopped part-way keeps them); the
+#: samples' comparison with autoregressive (``differing``) comes later, in suite.json.
+RUNS_LOG = "runs.jsonl"
 
 
 @dataclass
@@ -119,6 +127,8 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
     why_no_vllm = vllm_available()
     update = PolicyUpdate(work, opts.lr, progress, opts.update_groups) if opts.epochs > 1 else None
     main_work = work
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    (Path(opts.out) / RUNS_LOG).unlink(missing_ok=True)
     for index, temperature in enumerate(opts.temperatures):
         work = main_work if index == 0 else replace(main_work, epochs=min(opts.other_epochs, opts.epochs))
         repeats: list[dict[str, list[RunRecord]]] = []
@@ -139,8 +149,11 @@ def run_suite(opts: BenchOptions, progress: Any = print) -> dict[str, Any]:
                      f"oracle {epoch_ceilings['oracle']['speedup']:.2f}x, zero-cost "
                      f"{epoch_ceilings['zero_cost']['speedup']:.2f}x, perfect "
                      f"{epoch_ceilings['perfect']['speedup']:.2f}x (scale {epoch_ceilings['scale']:.2f})")
-    report["update"] = update.stats if update is not None else None
-    report["wall_s"] = round(time.perf_counter() - started, 1)
+        report["update"] = update.stats if update is not None else None
+        report["wall_s"] = round(time.perf_counter() - started, 1)
+        if index < len(opts.temperatures) - 1:  # a bench stopped later keeps the temperatures it finished
+            write_outputs(report | {"partial": f"written after T={temperature:g}, before the other temperatures "
+                                               f"ran (their finished runs, one line each: {RUNS_LOG})"}, opts.out)
     return report
 
 
@@ -161,6 +174,9 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
             events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
             Path(events).unlink(missing_ok=True)
         by_mode[name] = run_mode(MODES[name], work, temperature, update, events)
+        with open(Path(opts.out) / RUNS_LOG, "a") as log:  # each run on disk as soon as it ends
+            for record in by_mode[name]:
+                log.write(json.dumps({"repeat": repeat, **record.summary()}) + "\n")
         for record in by_mode[name]:
             phase1, phase2 = record.phases
             progress(f"  epoch {record.epoch + 1}: {record.makespan_s:.2f} s (phase 1 {phase1:.2f} s, "

@@ -163,8 +163,8 @@ def _sync(device: Any) -> None:
 def row_contexts(context: int, rows: int) -> list[int]:
     """Context lengths of a measured batch's rows: ``context`` on average, spread evenly over +-25%.
     Equal lengths would let a batch of decode rows skip the attention mask that every live step of
-    a rollout builds (its rows started at different times): 5-15% of a CPU step at batch 4-32, and
-    a fifth of a GPU step, which made drafting look that much dearer against decoding."""
+    a rollout builds (its rows started at different times): 5-15% of a CPU step at batch 4-32 (~2%
+    of a GPU step), which made drafting look that much dearer against decoding."""
     if rows == 1:
         return [context]
     spread = context // 4

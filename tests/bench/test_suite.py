@@ -73,6 +73,35 @@ def test_the_other_temperatures_run_their_own_number_of_epochs(session_cache, ti
     assert "2 epoch(s) at T=1, 1 at T=0" in markdown(report)
 
 
+def test_a_bench_stopped_part_way_keeps_the_runs_and_temperatures_it_finished(session_cache, tiny_checkpoint,
+                                                                             monkeypatch, tmp_path) -> None:
+    """A time limit or a machine taken back stops a bench mid-way: what finished is on disk."""
+    import specactor.bench.suite as suite
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    real = suite.run_mode
+
+    def stopping(mode, work, temperature, *args, **kwargs):
+        if temperature == 0.0 and mode.name == "specactor":
+            raise KeyboardInterrupt  # what a stop looks like from here
+        return real(mode, work, temperature, *args, **kwargs)
+
+    monkeypatch.setattr(suite, "run_mode", stopping)
+    opts = BenchOptions(prompts=1, n=2, max_tokens=8, temperatures=(1.0, 0.0), epochs=1,
+                        modes=("autoregressive", "specactor"), out=str(tmp_path),
+                        engine=EngineConfig(model=str(tiny_checkpoint)))
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(opts, lambda line: None)
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [(r["temperature"], r["mode"]) for r in runs] == [(1.0, "autoregressive"), (1.0, "specactor"),
+                                                            (0.0, "autoregressive")]
+    assert all(r["makespan_s"] > 0 and r["repeat"] == 0 for r in runs)
+    report = json.loads((tmp_path / "suite.json").read_text())
+    assert {r["temperature"] for r in report["runs"]} == {1.0} and report["partial"]
+    text = (tmp_path / "suite.md").read_text()
+    assert "**Partial report**" in text and "## Temperature 1" in text and "## Temperature 0" not in text
+
+
 def test_repeats_alternate_the_order_of_the_modes(session_cache, tiny_checkpoint, monkeypatch, tmp_path) -> None:
     """A run inherits the machine the run before it left: every second repeat goes last to
     first, and the samples are still compared with autoregressive's when it ran second."""
