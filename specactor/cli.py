@@ -279,7 +279,7 @@ def _add_replay(commands: argparse._SubParsersAction) -> None:
         "Fastest-of-N policy as the engine runs it (on an ideal engine: no drafter lookahead, prefill or "
         "messaging), clairvoyant drafts (each step every token the drafters get right and no wrong one: the "
         "most a policy over them could make) and a perfect drafter (every token right), both at their best "
-        "of windows 1, 2, 4, 8 and --window, "
+        "of windows 1, 2, 4, 8 and --window and of no drafting (a policy may always decline to draft), "
         "each with its large-batch phase (until half the samples finished) and tail. Takes seconds; "
         "deterministic for a given --seeds. bench/replay_policy.py compares policy settings the same way.",
         formatter_class=HelpFormatter,

@@ -84,3 +84,27 @@ def test_a_ceiling_takes_the_window_that_pays_where_drafting_binds_the_step() ->
     best = compare(loops, ["clairvoyant"], settings)["runs"]["clairvoyant"]
     at_16 = run(loops, "clairvoyant", settings)
     assert best["window"] < 16 and best["makespan_s"] < 0.9 * at_16["makespan_s"]
+
+
+def test_a_ceiling_is_never_below_plain_decoding_where_no_drafting_pays(tmp_path) -> None:
+    """A policy may always decline to draft, so a ceiling of one is at least plain decoding: on a
+    profile where any draft token makes a step dearer than the right tokens save, clairvoyant drafts
+    at every window lose, and the ceiling is plain (window 0)."""
+    import json
+    from dataclasses import replace
+
+    from specactor.bench.replay_runs import run, table_rows
+
+    costly = {"model": "test", "context": 128, "batch_sizes": [1, 8], "chunk_lens": [1, 2, 17],
+              "forward_s": [[0.010, 0.030, 0.300], [0.010, 0.030, 0.300]]}
+    (tmp_path / "costly.json").write_text(json.dumps(costly))
+    cost = CostModel.from_profile(tmp_path / "costly.json")
+    g = random.Random(3)
+    samples = [(f"s{i}", [1, 2, 3], [g.randrange(50) for _ in range(120)]) for i in range(8)]
+    settings = ReplaySettings(cost, ["ngram", "suffix"], 16)
+    compared = compare(samples, ["clairvoyant"], settings)["runs"]
+    best, plain = compared["clairvoyant"], compared["plain"]
+    drafted = [run(samples, "clairvoyant", replace(settings, window=w))["makespan_s"] for w in (1, 2, 16)]
+    assert min(drafted) > plain["makespan_s"]  # drafting what is right still costs more than it saves
+    assert best["window"] == 0 and best["makespan_s"] == pytest.approx(plain["makespan_s"])
+    assert "clairvoyant (no drafting pays)" in "".join(table_rows("x", {"runs": compared}))
