@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from specactor.config import DTYPES, EngineConfig, torch_dtype
+from specactor.config import DTYPES, EngineConfig, check_device, torch_dtype
 from specactor.models import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
@@ -80,6 +80,10 @@ def main() -> None:
                         help="decode only the first N prompts' samples at batch 1 (it is the slowest by far)")
     parser.add_argument("--out", default="bench/results/batch_invariance.json")
     args = parser.parse_args()
+    try:
+        check_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     torch.set_num_threads(os.cpu_count() or 1)
     tok = Tokenizer(resolve_model(None))
     problems = humaneval_prompts(args.prompts)

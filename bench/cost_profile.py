@@ -121,8 +121,9 @@ if __name__ == "__main__":
     result["model"] = args.shape or args.model or "smollm2-135m"
     if args.shape:
         result["weights"] = "random"
-    if machine(args.device):
-        result["machine"] = f"{machine(args.device)}; host {result['machine']}"
+    accelerator = machine(args.device)
+    if accelerator:
+        result["machine"] = f"{accelerator}; host {result['machine']}"
     write_profile(args.out, result)
     print()
     print("Median forward ms (ratio to C=1):")

@@ -87,7 +87,8 @@ async def on_worker_thread(engine: Engine, device: str, n: int, chatter_s: float
 
 
 def profile_forward_ms(model, batch: int, device: str, repeats: int) -> float:
-    """The cost profile's measurement: every row at one context, one token each, synchronised."""
+    """The version-1 cost profile's measurement: every row at one context, one token each,
+    synchronised. One fixed shape, repeated: what a per-shape kernel cache (cuDNN's) pays only once."""
     cache = KVCache(model.cfg, batch, 600, dtype=model.embed.weight.dtype, device=device)
     tokens = torch.randint(0, model.cfg.vocab_size, (batch,)).to(device)
     times = []
@@ -120,7 +121,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    check_device(args.device)
+    try:
+        check_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     model = random_model(args.shape, torch_dtype(args.dtype), args.device)
     out: dict = {"shape": args.shape, "device": args.device, "dtype": args.dtype, "batch": args.batch,
                  "torch": torch.__version__, "threads": torch.get_num_threads()}

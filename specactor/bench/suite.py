@@ -170,7 +170,6 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
         events = None
         if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
             # the policy's and verifier's decisions, for `specactor events summarize` (the last repeat's)
-            Path(opts.out).mkdir(parents=True, exist_ok=True)
             events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
             Path(events).unlink(missing_ok=True)
         by_mode[name] = run_mode(MODES[name], work, temperature, update, events)

@@ -77,7 +77,7 @@ def test_the_engine_on_the_gpu_keeps_its_cache_there_and_matches_the_cpu_logprob
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_verified_perfect_drafts_give_the_autoregressive_tokens_on_the_gpu(models, dtype, temperature) -> None:
+def test_verified_perfect_drafts_give_the_autoregressive_tokens_on_the_gpu(dtype, temperature) -> None:
     """Drafts the verifier checks several at a time against one token at a time, per dtype: the
     tokens are the same wherever the step's other rows do not change a logit's pick."""
     model = ours_from_hf(tiny_hf_model("llama", seed=7, vocab=VOCAB)).to("cuda", dtype)
