@@ -21,6 +21,15 @@ METHOD.KEY=VALUE`` one of a drafter's (``ngram.min_n=3``); ``--seeds N`` runs ea
 Fastest-of-N policy with N seeds of its own (its Thompson draws and explorations) and reports the
 run with the median makespan, and every makespan in the JSON. Phase 1 lasts until half the samples
 have finished (large batch), phase 2 is the tail, as in ``specactor bench``. Writes JSON (``--out``).
+
+The learned drafter (``--learned TRAIN.jsonl[,...]``): a student of the packaged model (``--model``
+for another) trains one round, with the product's settings, on those rollouts' samples (earlier RL
+epochs), and is replayed as method ``learned`` from its teacher-forced predictions
+(:mod:`specactor.bench.replay_learned`), which need each replayed rollout's temperature and seed
+(``--sampling 1:7,0:7``, in the rollouts' order). Its drafting time per token is ``--learned-cost``
+target decode steps at the same batch; ``--learned-on-verifier`` adds its time to the step's (it
+runs on the verifier's own GPU, or its 2 CPU cores) instead of hiding it beside the verify step (a
+drafter on hardware of its own); the cheap drafters run on spare CPU cores either way.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ import sys
 import time
 from pathlib import Path
 
+from specactor.bench import replay_learned
+from specactor.bench.replay import load_rollout
+from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
 from specactor.bench.replay_workload import REPLAY_METHODS, rollout_samples
 from specactor.drafters.base import DEFAULT_WINDOW
@@ -70,13 +82,59 @@ def parse_drafter_options(items: list[str]) -> dict[str, dict]:
     for item in items:
         name, sep, value = item.partition("=")
         method, dot, key = name.partition(".")
-        known = set(inspect.signature(REPLAY_METHODS[method]).parameters) if method in REPLAY_METHODS else set()
+        settable = method in REPLAY_METHODS and method != LEARNED  # its predictions come from --learned
+        known = set(inspect.signature(REPLAY_METHODS[method]).parameters) if settable else set()
         if not sep or not dot or key not in known:
             raise ValueError(f"--drafter-option {item!r}: expected METHOD.KEY=VALUE with METHOD one of "
-                             f"{', '.join(REPLAY_METHODS)} and KEY one of its settings"
+                             f"{', '.join(m for m in REPLAY_METHODS if m != LEARNED)} and KEY one of its settings"
                              + (f" ({', '.join(sorted(known))})" if known else ""))
         options.setdefault(method, {})[key] = _value(value)
     return options
+
+
+def parse_sampling(text: str | None, rollouts: int) -> list[tuple[float, int]]:
+    """``T:SEED`` per replayed rollout, comma-separated, in their order."""
+    items = [i for i in (text or "").split(",") if i]
+    if len(items) != rollouts:
+        raise ValueError(f"--sampling needs one T:SEED per rollout ({rollouts}), got {len(items)}: "
+                         "the learned drafter samples with each rollout's temperature and seed")
+    out = []
+    for item in items:
+        t, sep, seed = item.partition(":")
+        try:
+            out.append((float(t), int(seed)))
+        except ValueError:
+            raise ValueError(f"--sampling {item!r}: expected T:SEED, e.g. 1:7") from None
+        if not sep or out[-1][0] < 0:
+            raise ValueError(f"--sampling {item!r}: expected T:SEED with T >= 0, e.g. 1:7")
+    return out
+
+
+def learned_settings(args: argparse.Namespace, settings: ReplaySettings,
+                     sampling: list[tuple[float, int]]) -> tuple[dict[str, ReplaySettings], dict]:
+    """Train the learned drafter on ``--learned`` and give each rollout settings that replay its
+    predictions there; also what it trained on and its one-token hit rate on each rollout."""
+    from dataclasses import asdict, replace
+
+    from specactor.drafters.learned import LearnedDrafter
+    from specactor.models import resolve_model
+    from specactor.verifier.weights import load_causal_lm
+
+    drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)))
+    train = [row for path in args.learned.split(",") if path for row in load_rollout(path)]
+    trained = replay_learned.train_on_rollouts(drafter, train)
+    info: dict = {"train": args.learned.split(","), "report": asdict(trained) if trained else None,
+                  "cost_steps_per_token": args.learned_cost, "hit_rate": {}}
+    print(f"learned drafter: trained on {len(train)} samples: {info['report']}", flush=True)
+    out = {}
+    for path, (temperature, seed) in zip(args.rollouts, sampling):
+        rows = load_rollout(path)
+        predictions = replay_learned.teacher_forced_predictions(drafter, rows, temperature, seed)
+        info["hit_rate"][path] = round(replay_learned.hit_rate(predictions, rows), 4)
+        print(f"{Path(path).name}: learned drafter right on {info['hit_rate'][path]:.1%} of positions", flush=True)
+        options = {**settings.drafter_options, LEARNED: {"predictions": predictions}}
+        out[path] = replace(settings, drafter_options=options)
+    return out, info
 
 
 def main() -> None:
@@ -97,9 +155,29 @@ def main() -> None:
     parser.add_argument("--drafter-option", action="append", default=[], metavar="METHOD.KEY=VALUE",
                         help="a replayed drafter's setting, e.g. ngram.min_n=3 (repeatable)")
     parser.add_argument("--seeds", type=int, default=1, help="policy seeds per Fastest-of-N run (default 1)")
+    parser.add_argument("--learned", metavar="TRAIN.jsonl[,...]",
+                        help="train the learned drafter on these rollouts and replay it as method 'learned'")
+    parser.add_argument("--sampling", metavar="T:SEED[,...]",
+                        help="each replayed rollout's temperature and --seed, in order (needed by --learned)")
+    parser.add_argument("--learned-cost", type=float, default=1 / 16,
+                        help="the learned drafter's time per token, in target decode steps (default 1/16)")
+    parser.add_argument("--learned-on-verifier", action="store_true",
+                        help="the learned drafter runs on the verifier's own hardware (one GPU, a 2-core "
+                             "CPU): its time adds to the step's instead of hiding beside it")
+    parser.add_argument("--model", help="the target model folder for --learned (default: the packaged model)")
     parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args()
     methods = [m for m in args.methods.split(",") if m]
+    if args.learned and LEARNED not in methods:
+        # last: a ceiling pays the first method's drafting time only, so with the learned drafter
+        # last its right tokens come free there, and the ceiling stays a bound on any policy
+        methods.append(LEARNED)
+    if LEARNED in methods and not args.learned:
+        parser.error(f"method {LEARNED!r} needs --learned (rollouts to train it on)")
+    try:
+        sampling = parse_sampling(args.sampling, len(args.rollouts)) if args.learned else []
+    except ValueError as exc:
+        parser.error(str(exc))
     names = [n for n in args.policies.split(",") if n]
     if args.window < 1:
         parser.error(f"--window must be at least 1 (got {args.window})")
@@ -109,6 +187,10 @@ def main() -> None:
         settings = ReplaySettings(CostModel.from_profile(args.profile), methods, args.window, args.plan_every,
                                   args.lag, parse_options(args.option), parse_drafter_options(args.drafter_option),
                                   args.seeds)
+        if args.learned_on_verifier:
+            settings.cost.shared_methods.add(LEARNED)
+        if args.learned:
+            settings.cost.draft[LEARNED] = replay_learned.learned_draft_cost(settings.cost, args.learned_cost)
         for name in names:
             make_policy(name, settings)
         rollouts = {path: rollout_samples(path) for path in args.rollouts}
@@ -116,10 +198,14 @@ def main() -> None:
         parser.error(str(exc))
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "profile": args.profile or "packaged",
                     "options": settings.options, "drafter_options": settings.drafter_options,
+                    "learned_on_verifier": args.learned_on_verifier,
                     "command": "python bench/replay_policy.py " + " ".join(sys.argv[1:]), "rollouts": {}}
+    per_rollout = {path: settings for path in rollouts}
+    if args.learned:
+        per_rollout, report["learned"] = learned_settings(args, settings, sampling)
     print("\n".join(TABLE_HEADER))
     for path, samples in rollouts.items():
-        compared = report["rollouts"][path] = compare(samples, names, settings)
+        compared = report["rollouts"][path] = compare(samples, names, per_rollout[path])
         print("\n".join(table_rows(Path(path).name, compared)), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

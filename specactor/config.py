@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specactor.drafters.base import DEFAULT_WINDOW
-from specactor.drafters.registry import METHODS
+from specactor.drafters.registry import METHODS, MODEL_METHODS
 
 if TYPE_CHECKING:
     import torch
@@ -144,6 +144,16 @@ class EngineConfig:
         if self.processes and "model" in self.active_drafters and self.device == "cpu":
             return max(1, (os.cpu_count() or 1) - self.drafter_threads)
         return None
+
+    @property
+    def drafters_on_verifier(self) -> list[str]:
+        """Active drafters that compute on the verifier's own hardware, so that their time adds to
+        a step's instead of hiding beside it (the policy prices them so: ``CostModel.shared_methods``):
+        a model drafter on the verifier's GPU, or on the CPU unless the thread split gives it cores
+        of its own (the ``model`` drafter in its own process). The cheap drafters run on spare CPU
+        cores beside a GPU, and cost microseconds on a CPU."""
+        own_cores = self.device == "cpu" and self.verifier_thread_count is not None and self.processes
+        return [m for m in self.active_drafters if m in MODEL_METHODS and not (own_cores and m == "model")]
 
     @property
     def active_drafters(self) -> list[str]:

@@ -320,6 +320,7 @@ class RolloutEngine:
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",
                               {"methods": cfg.active_drafters, "max_window": cfg.max_window,
                                "profile": await self._policy_profile(),
+                               "shared_methods": cfg.drafters_on_verifier,
                                # vLLM verifies one candidate a step, not a token tree: nothing to race
                                "racing": cfg.racing and cfg.backend == "torch"}, False)
 

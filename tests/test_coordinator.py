@@ -256,3 +256,19 @@ async def test_a_group_prefills_its_prompt_once_unless_told_not_to(tiny_checkpoi
     assert {r.request_id: r.token_ids for r in results} == refs[1.0]
     fed = sum(e["prefill_tokens"] for e in events_file() if e["event"] == "verify.step")
     assert fed == sum(map(len, prompts)) * (1 if share else SAMPLES)
+
+
+def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such() -> None:
+    """The policy adds the drafting time of a drafter that computes on the verifier's own
+    hardware to the step's: a model drafter on the verifier's GPU, or on the CPU unless the thread
+    split gives it cores of its own; never the cheap drafters."""
+    from specactor.policy.actor import PolicyActor
+
+    every = ["ngram", "suffix", "model", "learned"]
+    assert EngineConfig(drafters=every, device="cpu").drafters_on_verifier == ["learned"]  # model: own cores
+    assert EngineConfig(drafters=every, device="cpu", processes=False).drafters_on_verifier == ["model", "learned"]
+    assert EngineConfig(drafters=["ngram", "suffix"]).drafters_on_verifier == []
+    assert EngineConfig(drafters=every, mode="autoregressive").drafters_on_verifier == []
+    assert EngineConfig(drafters=every, device="cuda").drafters_on_verifier == ["model", "learned"]  # not checked here
+    policy = PolicyActor("policy", every, shared_methods=["learned"])
+    assert policy.cost.shared_methods == {"learned"} and policy.fon.cost is policy.cost

@@ -25,12 +25,14 @@ import random
 from pathlib import Path
 
 from specactor.bench.replay import load_rollout
+from specactor.bench.replay_learned import LEARNED, TeacherForcedDrafter, sample_key
 from specactor.drafters.base import DraftState
 from specactor.drafters.ngram import NgramDrafter
 from specactor.drafters.suffix import SuffixDrafter
 
-#: the drafters a replay can run (the cheap ones: the model drafters' drafts need a model)
-REPLAY_METHODS = {"ngram": NgramDrafter, "suffix": SuffixDrafter}
+#: the drafters a replay can run: the cheap ones, and the learned drafter from its teacher-forced
+#: predictions (``drafter_options[LEARNED]["predictions"]``, :mod:`specactor.bench.replay_learned`)
+REPLAY_METHODS = {"ngram": NgramDrafter, "suffix": SuffixDrafter, LEARNED: TeacherForcedDrafter}
 
 
 class ReplayRequest:
@@ -105,7 +107,7 @@ def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: li
 
 def rollout_samples(path: str | Path) -> list[tuple[str, list[int], list[int]]]:
     """A ``specactor rollout`` output file's samples as (``id#sample``, prompt ids, output ids)."""
-    return [(f"{row['id']}#{row['sample']}", row["prompt_ids"], row["token_ids"]) for row in load_rollout(path)]
+    return [(sample_key(row), row["prompt_ids"], row["token_ids"]) for row in load_rollout(path)]
 
 
 def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,

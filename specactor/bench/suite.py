@@ -262,10 +262,13 @@ def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
     autoregressive's tokens (:func:`specactor.bench.replay_runs.replay_ceilings`), with the
     replayable drafters the policy's modes ran, earlier epochs' outputs in their history."""
     from specactor.bench.replay_runs import replay_ceilings
+    from specactor.bench.replay_learned import LEARNED
     from specactor.bench.replay_workload import REPLAY_METHODS
 
-    methods = [m for m in REPLAY_METHODS if any(m in MODES[name].drafters for name in by_mode
-                                                if name in MODES and MODES[name].engine_mode == "specactor")]
+    # the learned drafter replays from a student trained on the run's epochs, which lives in the
+    # run's drafter actor: bench/replay_policy.py --learned trains one to replay
+    methods = [m for m in REPLAY_METHODS if m != LEARNED and any(
+        m in MODES[name].drafters for name in by_mode if name in MODES and MODES[name].engine_mode == "specactor")]
     history: list[tuple[list[int], list[int]]] = []
     out = []
     for epoch, reference in enumerate(by_mode.get("autoregressive", [])):

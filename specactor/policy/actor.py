@@ -24,13 +24,17 @@ from specactor.policy.cost_model import CostModel
 class PolicyActor(Actor):
     def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = DEFAULT_WINDOW,
                  profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
-                 stats_every: int = 8, plan_every: int = 4, **kwargs: Any) -> None:
+                 stats_every: int = 8, plan_every: int = 4, shared_methods: tuple[str, ...] | list[str] = (),
+                 **kwargs: Any) -> None:
         """``profile``: the cost profile's path (the coordinator passes this machine's, see
-        :func:`specactor.policy.profiling.resolve_profile`), or None / "packaged" for the packaged one."""
+        :func:`specactor.policy.profiling.resolve_profile`), or None / "packaged" for the packaged one;
+        ``shared_methods``: drafters computing on the verifier's own hardware
+        (:attr:`specactor.config.EngineConfig.drafters_on_verifier`)."""
         super().__init__(name, **kwargs)
         self.verifier = verifier
         self.methods = list(methods)
         self.cost = CostModel.from_profile(profile)
+        self.cost.shared_methods = set(shared_methods)
         self.fon = FastestOfN(self.methods, self.cost, max_window=max_window, racing=racing, scheme=scheme,
                               round_steps=plan_every, seed=seed)
         self.current: dict[str, Choice] = {}

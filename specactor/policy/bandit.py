@@ -534,15 +534,17 @@ class FastestOfN:
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:
         what the methods of a request are ranked by."""
-        return steps.best_window(p, self.cost.draft_s(method, steps.batch), q, self.max_window, self.decoupled)
+        return steps.best_window(p, self.cost.draft_s(method, steps.batch), q, self.max_window,
+                                 self.decoupled and method not in self.cost.shared_methods)
 
-    def _drafting_s(self, rows: list[tuple[str, float, int, float]]) -> tuple[float, float]:
-        """(coupled, decoupled) drafting seconds of a step whose drafting rows are (method, p,
+    def _drafting_s(self, rows: list[tuple[str, float, int, float]]) -> tuple[float, float, float]:
+        """(coupled, decoupled, shared) drafting seconds of a step whose drafting rows are (method, p,
         window, draft rate). A method's drafter serves all its rows in one round, as long as its
         longest: coupled, its longest window; decoupled, a whole lookahead for the longest window
         unless every row drafting that window kept its lookahead (with many rows, nearly always
         some row's draft was cut), and at least what one row is expected to need
-        (:func:`decoupled_work`). The methods' drafters run side by side."""
+        (:func:`decoupled_work`). The methods' drafters run side by side, except those on the
+        verifier's own hardware (``CostModel.shared_methods``): their decoupled time is ``shared``."""
         longest: dict[str, int] = {}
         kept: dict[str, float] = {}  # per method: the chance no row at its longest window was cut
         work: dict[str, float] = {}
@@ -557,19 +559,23 @@ class FastestOfN:
         for m, w in longest.items():
             cut = 1 - kept[m]
             work[m] = max(work[m], cut * decoupled_lookahead(w) + (1 - cut) * (w + 1))
+        shared_methods = self.cost.shared_methods
         coupled = max((longest[m] * self.cost.draft_s(m, count[m]) for m in longest), default=0.0)
-        decoupled = max((work[m] * self.cost.draft_s(m, count[m]) for m in work), default=0.0)
-        return coupled, decoupled
+        decoupled = max((work[m] * self.cost.draft_s(m, count[m]) for m in work if m not in shared_methods),
+                        default=0.0)
+        shared = sum(work[m] * self.cost.draft_s(m, count[m]) for m in work if m in shared_methods)
+        return coupled, decoupled, shared
 
-    def _latency(self, verify: float, coupled: float, decoupled: float) -> float:
+    def _latency(self, verify: float, coupled: float, decoupled: float, shared: float) -> float:
         """Seconds of a step. Decoupled (the default), the verifier never waits for a
         drafter: drafting hides behind the verify step unless the drafter, redrafting what
         rollbacks discard, cannot keep up, and then the step makes what a step that long would (live
         it verifies the shorter drafts that are ready). Coupled (an engine configured so), the
         verifier waits for the drafts: their time adds to the step. Choosing coupled per step was
         tried: the replays on GPU shapes never took it, and live a coupled model drafter ran 0.65x
-        where a decoupled one ran 0.95x (bench/RESULTS.md, issue 4)."""
-        return max(verify, decoupled) if self.decoupled else verify + coupled
+        where a decoupled one ran 0.95x (bench/RESULTS.md, issue 4). A decoupled drafter on the
+        verifier's own hardware (``shared``) adds its time to the step's all the same."""
+        return max(verify + shared, decoupled) if self.decoupled else verify + coupled
 
     def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
                 windows: list[int]) -> float:
@@ -616,11 +622,13 @@ class FastestOfN:
             return windows, 0.0, 0.0
         gains = [[q * (e - 1.0) for e in progress_by_window(p, top)] for _, p, q in entries]
         # drafting time matters only for methods whose drafting can outlast a verify step (decoupled,
-        # its whole lookahead redrafted) or add more than 1% to it (coupled only)
-        if self.decoupled:  # only a drafter redrafting a whole lookahead for the longest window
-            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * decoupled_lookahead(top) > steps.decode}
-        else:
-            costly = {m for m, _, _ in entries if self.cost.draft_s(m, batch) * top > 0.01 * steps.decode}
+        # its whole lookahead redrafted) or add more than 1% to it (coupled, or on the verifier's hardware)
+        def costly_method(m: str) -> bool:
+            if self.decoupled and m not in self.cost.shared_methods:
+                return self.cost.draft_s(m, batch) * decoupled_lookahead(top) > steps.decode
+            return self.cost.draft_s(m, batch) * top > 0.01 * steps.decode
+
+        costly = {m for m, _, _ in entries if costly_method(m)}
         base_fed = float(max(batch, n))
         state = {"progress": float(n), "fed": base_fed, "rows": 0.0}
 

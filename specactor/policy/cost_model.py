@@ -324,6 +324,10 @@ class CostModel:
     #: [batch index][chunk index]: one row fed the chunk, the others one token (optional)
     one_row_s: list[list[float]] | None = None
     source: str = "packaged"  # where the profile came from (a path, or "packaged")
+    #: methods whose drafters run on the verifier's own hardware (a model drafter on the one GPU, or
+    #: beside it on a 2-core CPU): their time adds to the step's even decoupled, where the others'
+    #: (the cheap drafters, on spare CPU cores) hides beside the verify step
+    shared_methods: set[str] = field(default_factory=set)
 
     @classmethod
     def from_profile(cls, path: str | Path | None = None) -> "CostModel":
@@ -463,10 +467,14 @@ class CostModel:
                rows: float | None = None) -> float:
         """One iteration: verify ``fed`` tokens over ``batch`` rows (``rows`` of them verifying
         drafts; None: spread evenly) while each method drafts ``w`` tokens for its ``n``
-        requests (``drafting[m] = (n, w)``)."""
+        requests (``drafting[m] = (n, w)``); a method of ``shared_methods`` adds its time to the
+        verify step's even decoupled."""
         verify = self.verify_rows_s(batch, fed, rows) if batch else 0.0
-        draft = max((w * self.draft_s(m, n) for m, (n, w) in drafting.items() if n), default=0.0)
-        return max(verify, draft) if decoupled else verify + draft
+        times = {m: w * self.draft_s(m, n) for m, (n, w) in drafting.items() if n}
+        if not decoupled:
+            return verify + max(times.values(), default=0.0)
+        shared = sum(t for m, t in times.items() if m in self.shared_methods)
+        return max(verify + shared, max((t for m, t in times.items() if m not in self.shared_methods), default=0.0))
 
     def tokens_per_s(self, p: float, window: int, method: str, batch: int, decoupled: bool,
                      draft_rate: float = 1.0) -> float:
@@ -476,9 +484,11 @@ class CostModel:
         (prompt lookup and suffix matching propose only where they find a match): the
         other steps cost and gain what plain decoding does.
         """
-        return self.at_batch(batch).tokens_per_s(p, window, self.draft_s(method, batch), draft_rate, decoupled)
+        return self.at_batch(batch).tokens_per_s(p, window, self.draft_s(method, batch), draft_rate,
+                                                 decoupled and method not in self.shared_methods)
 
     def best_window(self, p: float, method: str, batch: int, decoupled: bool,
                     max_window: int = 8, draft_rate: float = 1.0) -> tuple[int, float]:
         """The window (0 = no speculation) maximising predicted tokens/s, and that speed."""
-        return self.at_batch(batch).best_window(p, self.draft_s(method, batch), draft_rate, max_window, decoupled)
+        return self.at_batch(batch).best_window(p, self.draft_s(method, batch), draft_rate, max_window,
+                                                decoupled and method not in self.shared_methods)

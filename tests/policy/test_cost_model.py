@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from specactor.policy.cost_model import (NEGLIGIBLE, CostModel, expected_progress, progress_by_window, race_progress,
-                                         useful_window)
+from specactor.policy.cost_model import (NEGLIGIBLE, CostModel, DraftCost, expected_progress, progress_by_window,
+                                         race_progress, useful_window)
 
 
 @given(st.floats(0, 1), st.integers(0, 16))
@@ -206,3 +206,17 @@ def test_one_slow_plain_step_does_not_make_drafting_look_free() -> None:
         cost.observe_step(32, fed, seconds, rows=rows)
     assert cost.verify_rows_s(32, 32 + 2 * 5, 5) - cost.verify_s(32, 1) >= 0.07
     assert cost.best_window(0.5, "ngram", 32, True)[0] == 0
+
+
+def test_only_a_drafter_on_the_verifier_s_hardware_adds_its_time_to_a_decoupled_step() -> None:
+    cost = CostModel.from_profile()
+    cost.draft = {"ngram": DraftCost(fixed_s=0.001), "learned": DraftCost(fixed_s=0.004)}
+    verify = cost.verify_rows_s(4, 4 + 8, 4)
+    both = {"ngram": (4, 2), "learned": (4, 2)}
+    assert cost.step_s(4, 12, both, True, 4) == pytest.approx(verify)  # both hide beside the step
+    cost.shared_methods = {"learned"}
+    assert cost.step_s(4, 12, both, True, 4) == pytest.approx(verify + 0.008)
+    assert cost.step_s(4, 12, {"ngram": (4, 2)}, True, 4) == pytest.approx(verify)
+    assert cost.step_s(4, 12, both, False, 4) == pytest.approx(verify + 0.008)  # coupled: as before
+    slow_ngram = {"ngram": (4, 1000), "learned": (4, 2)}  # a cheap drafter that cannot keep up bounds the step
+    assert cost.step_s(4, 12, slow_ngram, True, 4) == pytest.approx(1.0)
