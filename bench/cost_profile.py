@@ -35,26 +35,13 @@ from pathlib import Path
 
 import torch
 
+from specactor.bench.model_shapes import SHAPES
 from specactor.config import DTYPES, check_device, torch_dtype
 from specactor.models import resolve_model
 from specactor.policy.profiling import measure, write_profile
 from specactor.verifier.config import ModelConfig
 from specactor.verifier.model import CausalLM
 from specactor.verifier.weights import load_causal_lm
-
-#: public configs of the shapes --shape builds (Llama: tied embeddings, no biases; Qwen2: q/k/v biases)
-SHAPES = {
-    "smollm2-135m": dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                         tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
-                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                         tie_word_embeddings=True),
-    "qwen2.5-7b": dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4),
-    "qwen2.5-32b": dict(model_type="qwen2", vocab_size=152064, hidden_size=5120, intermediate_size=27648,
-                        num_hidden_layers=64, num_attention_heads=40, num_key_value_heads=8),
-}
 
 
 def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:

@@ -13,8 +13,9 @@ not a measurement: a real profile (``bench/cost_profile.py`` on the device) repl
 drafters' costs stay the cost model's CPU ones (ngram and suffix run on the host either way).
 
 Hardware and model figures are public specifications (H100 SXM: 3.35 TB/s HBM3, 989 dense bf16
-TFLOPS; the models' configs); the efficiencies and the overhead are assumptions, printed with the
-profile and settable.
+TFLOPS; the models' configs, :mod:`specactor.bench.model_shapes`, which ``bench/cost_profile.py
+--shape`` builds too); the efficiencies and the overhead are assumptions, printed with the profile
+and settable.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 
+from specactor.bench.model_shapes import SHAPES, ModelShape, model_shape
+
 
 @dataclass(frozen=True)
 class Device:
@@ -33,21 +36,8 @@ class Device:
     tflops: float  # peak dense bf16 matmul throughput
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    params_b: float  # parameters read per step, billions
-    layers: int
-    q_dim: int  # attention heads x head dim
-    kv_dim: int  # key-value heads x head dim
-    bytes_per_param: int = 2  # bf16
-
-
 DEVICES = {"h100": Device(3.35, 989.0), "a100": Device(2.04, 312.0)}
-MODELS = {
-    "qwen2.5-7b": ModelShape(7.6, 28, 3584, 512),
-    "qwen2.5-32b": ModelShape(32.8, 64, 5120, 1024),
-    "smollm2-135m": ModelShape(0.135, 30, 576, 192),
-}
+MODELS = {name: model_shape(name) for name in SHAPES}
 PRESETS = {f"{d}-{m}": (d, m) for d in DEVICES for m in MODELS}
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
 CHUNK_LENS = [1, 2, 4, 8, 9, 16, 17]

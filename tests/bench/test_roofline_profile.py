@@ -37,3 +37,9 @@ def test_bad_settings_are_named(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         _script().main(["--flops-share", "1.5", "--out", str(tmp_path / "x.json")])
     assert "--flops-share must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_every_shape_the_measured_profile_builds_has_a_preset() -> None:
+    from specactor.bench.model_shapes import SHAPES
+
+    assert {f"{device}-{name}" for device in ("h100", "a100") for name in SHAPES} == set(_script().PRESETS)
