@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from specactor.bench.model_shapes import SHAPES
+from specactor.bench.model_shapes import SHAPES, hf_config
 from specactor.config import DTYPES, check_device, torch_dtype
 from specactor.models import resolve_model
 from specactor.policy.profiling import measure, write_profile
@@ -46,7 +46,7 @@ from specactor.verifier.weights import load_causal_lm
 
 def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
     """A model of ``shape`` with random weights, built on ``device`` (no copy through the host)."""
-    cfg = ModelConfig.from_hf({**SHAPES[shape], "rope_theta": 1e6, "max_position_embeddings": 32768})
+    cfg = ModelConfig.from_hf(hf_config(shape))
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # built in its dtype: a 32B model in float32 first would not fit
     try:

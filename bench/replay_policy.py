@@ -44,7 +44,7 @@ from specactor.bench import replay_learned
 from specactor.bench.replay import load_rollout
 from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
-from specactor.bench.replay_workload import REPLAY_METHODS, rollout_samples
+from specactor.bench.replay_workload import REPLAY_METHODS, samples_of
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import FastestOfN
 from specactor.policy.cost_model import CostModel
@@ -110,10 +110,11 @@ def parse_sampling(text: str | None, rollouts: int) -> list[tuple[float, int]]:
     return out
 
 
-def learned_settings(args: argparse.Namespace, settings: ReplaySettings,
-                     sampling: list[tuple[float, int]]) -> tuple[dict[str, ReplaySettings], dict]:
+def learned_settings(args: argparse.Namespace, settings: ReplaySettings, sampling: list[tuple[float, int]],
+                     rows_of: dict[str, list[dict]]) -> tuple[dict[str, ReplaySettings], dict]:
     """Train the learned drafter on ``--learned`` and give each rollout settings that replay its
-    predictions there; also what it trained on and its one-token hit rate on each rollout."""
+    predictions there (``rows_of``: each replayed rollout's rows); also what it trained on and its
+    one-token hit rate on each rollout."""
     from dataclasses import asdict, replace
 
     from specactor.drafters.learned import LearnedDrafter
@@ -121,14 +122,15 @@ def learned_settings(args: argparse.Namespace, settings: ReplaySettings,
     from specactor.verifier.weights import load_causal_lm
 
     drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)))
-    train = [row for path in args.learned.split(",") if path for row in load_rollout(path)]
+    paths = [path for path in args.learned.split(",") if path]
+    train = [row for path in paths for row in load_rollout(path)]
     trained = replay_learned.train_on_rollouts(drafter, train)
-    info: dict = {"train": args.learned.split(","), "report": asdict(trained) if trained else None,
+    info: dict = {"train": paths, "report": asdict(trained) if trained else None,
                   "cost_steps_per_token": args.learned_cost, "hit_rate": {}}
     print(f"learned drafter: trained on {len(train)} samples: {info['report']}", flush=True)
     out = {}
     for path, (temperature, seed) in zip(args.rollouts, sampling):
-        rows = load_rollout(path)
+        rows = rows_of[path]
         predictions = replay_learned.teacher_forced_predictions(drafter, rows, temperature, seed)
         info["hit_rate"][path] = round(replay_learned.hit_rate(predictions, rows), 4)
         print(f"{Path(path).name}: learned drafter right on {info['hit_rate'][path]:.1%} of positions", flush=True)
@@ -193,7 +195,8 @@ def main() -> None:
             settings.cost.draft[LEARNED] = replay_learned.learned_draft_cost(settings.cost, args.learned_cost)
         for name in names:
             make_policy(name, settings)
-        rollouts = {path: rollout_samples(path) for path in args.rollouts}
+        rows_of = {path: load_rollout(path) for path in args.rollouts}
+        rollouts = {path: samples_of(rows) for path, rows in rows_of.items()}
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "profile": args.profile or "packaged",
@@ -202,7 +205,7 @@ def main() -> None:
                     "command": "python bench/replay_policy.py " + " ".join(sys.argv[1:]), "rollouts": {}}
     per_rollout = {path: settings for path in rollouts}
     if args.learned:
-        per_rollout, report["learned"] = learned_settings(args, settings, sampling)
+        per_rollout, report["learned"] = learned_settings(args, settings, sampling, rows_of)
     print("\n".join(TABLE_HEADER))
     for path, samples in rollouts.items():
         compared = report["rollouts"][path] = compare(samples, names, per_rollout[path])

@@ -41,11 +41,7 @@ class TeacherForcedDrafter:
         self.predictions = predictions
 
     def start(self, state: DraftState) -> None:
-        if state.request_id.startswith("history-"):
-            return  # earlier epochs train the drafter; they are not drafted for
-        if state.request_id not in self.predictions:
-            raise KeyError(f"no {LEARNED} predictions for sample {state.request_id!r}: were they made "
-                           "on this rollout?")
+        return None  # earlier epochs' samples (a replay's history) train the drafter, not its drafts
 
     def observe(self, state: DraftState, start: int, tokens: list[int]) -> None:
         return None
@@ -54,6 +50,9 @@ class TeacherForcedDrafter:
         return None
 
     def propose(self, states: list[DraftState], k: int) -> list[list[int]]:
+        missing = next((s.request_id for s in states if s.request_id not in self.predictions), None)
+        if missing is not None:
+            raise KeyError(f"no {LEARNED} predictions for sample {missing!r}: were they made on this rollout?")
         return [self.predictions[s.request_id][len(s.committed):len(s.committed) + k] for s in states]
 
 

@@ -107,7 +107,12 @@ def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: li
 
 def rollout_samples(path: str | Path) -> list[tuple[str, list[int], list[int]]]:
     """A ``specactor rollout`` output file's samples as (``id#sample``, prompt ids, output ids)."""
-    return [(sample_key(row), row["prompt_ids"], row["token_ids"]) for row in load_rollout(path)]
+    return samples_of(load_rollout(path))
+
+
+def samples_of(rows: list[dict]) -> list[tuple[str, list[int], list[int]]]:
+    """:func:`specactor.bench.replay.load_rollout`'s rows as (``id#sample``, prompt ids, output ids)."""
+    return [(sample_key(row), row["prompt_ids"], row["token_ids"]) for row in rows]
 
 
 def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,

@@ -93,8 +93,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from specactor.drafters.base import decoupled_lookahead
-from specactor.policy.cost_model import (CostModel, StepCosts, decoupled_work, expected_progress, progress_by_window,
-                                         race_progress, useful_window)
+from specactor.policy.cost_model import (CostModel, StepCosts, decoupled_work, expected_progress, iteration_s,
+                                         progress_by_window, race_progress, useful_window)
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
@@ -575,7 +575,7 @@ class FastestOfN:
         tried: the replays on GPU shapes never took it, and live a coupled model drafter ran 0.65x
         where a decoupled one ran 0.95x (bench/RESULTS.md, issue 4). A decoupled drafter on the
         verifier's own hardware (``shared``) adds its time to the step's all the same."""
-        return max(verify + shared, decoupled) if self.decoupled else verify + coupled
+        return iteration_s(verify, decoupled, shared) if self.decoupled else iteration_s(verify, added=coupled)
 
     def _step_s(self, steps: StepCosts, picked: list[tuple[str, str, float, float, float, str]],
                 windows: list[int]) -> float:

@@ -89,6 +89,13 @@ def decoupled_work(p: float, window: int, draft_rate: float = 1.0) -> float:
     return draft_rate * (survive * (window + 1) + (1 - survive) * decoupled_lookahead(window)) + (1 - draft_rate)
 
 
+def iteration_s(verify: float, beside: float = 0.0, added: float = 0.0) -> float:
+    """Seconds of one step: the verify step plus the drafting that runs on its hardware or waits
+    for it (``added``: coupled drafting, or a drafter on the verifier's own hardware), or the
+    drafting beside it on hardware of its own (``beside``: decoupled), whichever ends last."""
+    return max(verify + added, beside)
+
+
 def progress_by_window(p: float, max_window: int) -> list[float]:
     """``expected_progress(p, w)`` for w = 0..max_window, in one pass (the policy's allocation
     needs every window of every request at each plan)."""
@@ -294,7 +301,7 @@ class StepCosts:
         if verify is None:
             verify = self.memo[fed] = self.verify(fed)
         drafting = window * draft_per_token_s
-        latency = max(drafting, verify) if decoupled else drafting + verify
+        latency = iteration_s(verify, beside=drafting) if decoupled else iteration_s(verify, added=drafting)
         progress = 1.0 + q * (expected_progress(p, window) - 1.0)
         return progress / latency if latency > 0 else 0.0
 
@@ -472,9 +479,9 @@ class CostModel:
         verify = self.verify_rows_s(batch, fed, rows) if batch else 0.0
         times = {m: w * self.draft_s(m, n) for m, (n, w) in drafting.items() if n}
         if not decoupled:
-            return verify + max(times.values(), default=0.0)
-        shared = sum(t for m, t in times.items() if m in self.shared_methods)
-        return max(verify + shared, max((t for m, t in times.items() if m not in self.shared_methods), default=0.0))
+            return iteration_s(verify, added=max(times.values(), default=0.0))
+        beside = max((t for m, t in times.items() if m not in self.shared_methods), default=0.0)
+        return iteration_s(verify, beside, sum(t for m, t in times.items() if m in self.shared_methods))
 
     def tokens_per_s(self, p: float, window: int, method: str, batch: int, decoupled: bool,
                      draft_rate: float = 1.0) -> float:

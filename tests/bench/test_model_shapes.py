@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specactor.bench.model_shapes import SHAPES, model_shape
+from specactor.bench.model_shapes import SHAPES, hf_config, model_shape
 from specactor.verifier.config import ModelConfig
 from specactor.verifier.model import CausalLM
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_the_roofline_counts_the_parameters_of_the_network_built(name: str) -> None:
-    cfg = ModelConfig.from_hf({**SHAPES[name], "rope_theta": 1e6, "max_position_embeddings": 32768})
+    cfg = ModelConfig.from_hf(hf_config(name))
     with torch.device("meta"):  # shapes only: a 32B model allocates nothing
         model = CausalLM(cfg)
     built = sum(p.numel() for p in model.parameters())

@@ -129,9 +129,9 @@ def test_draft_cost_is_a_share_of_the_target_s_step() -> None:
 def test_what_the_replay_lacks_is_named() -> None:
     with pytest.raises(ValueError, match="--learned"):
         replay_requests([("s", [1], [2, 3])], [LEARNED])
-    drafter = TeacherForcedDrafter({"other#0": [1]})
+    request = ReplayRequest("s#0", [1], [2, 3], {LEARNED: TeacherForcedDrafter({"other#0": [1]})})
     with pytest.raises(KeyError, match="s#0"):
-        ReplayRequest("s#0", [1], [2, 3], {LEARNED: drafter})
+        request.draft(LEARNED, 0, 2, None)
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
