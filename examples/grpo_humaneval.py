@@ -29,6 +29,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.drafters.registry import parse_methods
 from specactor.models import resolve_model
 from specactor.prompts import humaneval_problems, humaneval_prompts
 from specactor.protocol import SamplingParams
@@ -52,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="torch", choices=["torch", "vllm"],
                         help="the verifier of both engines: specactor's own engine or vLLM")
+    parser.add_argument("--drafters", default="ngram,suffix",
+                        help="drafting methods of the specactor engine; add 'learned' for the drafter that "
+                             "trains on the rollouts (between RL steps, while the verifier is idle)")
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
     return parser.parse_args()
 
@@ -70,12 +74,12 @@ async def main(args: argparse.Namespace) -> None:
     prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
                   for p in humaneval_prompts(args.prompts)]
     trainer = GRPOTrainer(folder, lr=args.lr, temperature=args.temperature)
-    config = EngineConfig(mode=args.mode, drafters=["ngram", "suffix"], max_batch=args.prompts * args.n,
+    config = EngineConfig(mode=args.mode, drafters=parse_methods(args.drafters), max_batch=args.prompts * args.n,
                           max_len=max(map(len, prompt_ids)) + args.max_tokens, backend=args.backend)
     print(f"{args.prompts} HumanEval problems x {args.n} samples, {args.max_tokens} tokens max, "
           f"T={args.temperature}, mode {args.mode}, backend {args.backend}")
     print("epoch | version | reward | solved | rollout s | tokens | tokens/s | accepted/drafted | "
-          + ("autoregressive s | speedup | identical | " if not args.no_compare else "") + "train s")
+          + ("autoregressive s | speedup | identical | " if not args.no_compare else "") + "step s | update s")
     async with contextlib.AsyncExitStack() as stack:
         engine = await stack.enter_async_context(RolloutEngine(config))
         baseline = None if args.no_compare else await stack.enter_async_context(
@@ -106,10 +110,13 @@ async def main(args: argparse.Namespace) -> None:
             # training runs on a worker thread so the engines' actors stay responsive
             stats = await asyncio.to_thread(trainer.step, groups)
             new_weights = trainer.state_dict()
+            t2 = time.perf_counter()
+            # what the next rollout waits for: the weights loaded by every holder (a learned drafter
+            # that trained during the step above has only its embedding to swap)
             version = await engine.update_weights(new_weights)
             if baseline is not None:
                 await baseline.update_weights(new_weights)
-            train_s = time.perf_counter() - t1
+            step_s, update_s = t2 - t1, time.perf_counter() - t2
             tokens = sum(len(r.token_ids) for r in results)
             drafted = sum(r.stats.drafted for r in results)
             accepted = sum(r.stats.accepted for r in results)
@@ -117,7 +124,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"{epoch:5d} | {','.join(map(str, sorted(used))):>7} | {sum(rewards) / len(rewards):6.3f} | "
                   f"{sum(r >= 0.999 for r in rewards):3d}/{len(rewards):<3d}| {rollout_s:9.1f} | {tokens:6d} | "
                   f"{tokens / rollout_s:8.1f} | {accepted:5d}/{drafted:<6d}({accepted / max(drafted, 1):4.0%}) | "
-                  f"{compared}{train_s:7.1f}   (step: {int(stats['samples'])} samples with advantage, "
+                  f"{compared}{step_s:6.1f} | {update_s:8.1f}   (step: {int(stats['samples'])} samples with advantage, "
                   f"grad norm {stats['grad_norm']:.2f}; weights -> version {version})", flush=True)
 
 

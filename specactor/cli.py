@@ -167,8 +167,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "right, no wrong one), and how many samples hit the token cap. "
         "Other modes through --modes: transformers, transformers+pld (prompt lookup cannot batch: only the "
         "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, specactor+learned (the "
-        "learned drafter beside ngram and suffix: it trains on each epoch's rollouts at the weight update, so "
-        "it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
+        "learned drafter beside ngram and suffix: it trains on each epoch's rollouts once the verifier has no "
+        "request left, so it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
         "vLLM, on a GPU or its CPU build). "
         "Writes suite.json, suite.md and suite.png to --out, and runs.jsonl as it goes (one line per finished run; "
         "suite.* also after each temperature but the last, so a bench stopped part-way keeps what it finished).",

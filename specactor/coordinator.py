@@ -402,7 +402,7 @@ class RolloutEngine:
     @property
     def _weight_holders(self) -> list[str]:
         """Actors that hold a copy of the policy's weights: the verifier, a model drafter, and a
-        learned drafter (which retrains on the rollouts when the policy changes)."""
+        learned drafter (which takes the new embedding, and trains on rollouts it has not seen)."""
         return ["verifier"] + [f"draft-{m}" for m in MODEL_METHODS if m in self.config.active_drafters]
 
     async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,

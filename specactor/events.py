@@ -69,8 +69,11 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
     "draft.trained": (
-        "A learned drafter distilled itself on the rollouts after a weight update (loss: first and last tenth).",
-        ("method", "version", "sequences", "tokens", "epochs", "seconds", "loss_first", "loss_last", "vocab"),
+        "A learned drafter distilled itself on the rollouts: idle, when the verifier ran out of requests (an "
+        "RL step's rollout ended); otherwise at a weight update. interrupted: a request came first, not swapped "
+        "in (loss: first and last tenth).",
+        ("method", "version", "idle", "sequences", "tokens", "epochs", "seconds", "loss_first", "loss_last", "vocab",
+         "interrupted"),
     ),
     "draft.failed": ("A drafter raised on a request; it goes on without that drafter's drafts.",
                      ("method", "request_id", "error")),

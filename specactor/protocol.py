@@ -283,10 +283,13 @@ class Untrack(_Msg, tag=27):
 
 
 class Rollouts(_Msg, tag=36):
-    """Finished samples' committed tokens, for drafters that learn from the policy's rollouts."""
+    """Finished samples' committed tokens, for drafters that learn from the policy's rollouts.
+    ``idle``: the verifier had nothing left to run when it sent them (the end of an RL step's
+    rollout), so a learner may train now without taking time from a rollout."""
 
     prompts: list[list[int]]
     outputs: list[list[int]]
+    idle: bool = False
 
 
 class Assignment(_Msg, tag=28):

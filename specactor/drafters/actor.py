@@ -16,6 +16,7 @@ the drafter's state is only ever touched by one thread at a time.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -59,7 +60,10 @@ class DraftActor(Actor):
         self._updates = PendingUpdates()  # chunks of updates not yet committed
         self._commits: list[tuple[str, p.WeightsCommit]] = []  # applied between drafting rounds
         self._rollouts: list[p.Rollouts] = []  # finished samples, for a drafter that learns from them
-        self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0, "version": 0}
+        self._idle_rollouts = False  # the verifier went idle after sending some: time to train
+        self._stop_training = threading.Event()  # a request came in: cut the idle training round short
+        self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0, "version": 0,
+                      "trained": 0}
 
     async def on_start(self) -> None:
         if self.threads:
@@ -80,8 +84,10 @@ class DraftActor(Actor):
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, (p.Track, p.VerdictBatch, p.Untrack)):
-            if self._busy:  # the drafter is proposing on the worker thread: apply afterwards, in order
+            if self._busy:  # the drafter is proposing or training on the worker thread: apply afterwards
                 self._queued.append(msg)
+                if isinstance(msg, p.Track):  # a rollout began: training must not take its time
+                    self._stop_training.set()
             else:
                 self._apply_message(msg)
         elif isinstance(msg, p.StatsRequest):
@@ -90,6 +96,7 @@ class DraftActor(Actor):
             if len(msg.prompts) != len(msg.outputs):
                 raise ValueError(f"Rollouts with {len(msg.prompts)} prompts and {len(msg.outputs)} outputs")
             self._rollouts.append(msg)
+            self._idle_rollouts = self._idle_rollouts or msg.idle
         elif isinstance(msg, p.WeightsChunk):
             self._updates.add(msg)
         elif isinstance(msg, p.WeightsCommit):
@@ -123,7 +130,9 @@ class DraftActor(Actor):
                 except Exception as exc:  # a corrupt or half-written checkpoint raises its reader's own errors
                     error = f"{type(exc).__name__}: {exc}"
                 for report in getattr(self.drafter, "reports", [])[rounds:]:  # a learned drafter retrained
-                    self.log.info("draft.trained", method=self.method, version=commit.version, **vars(report))
+                    self.stats["trained"] += 1
+                    self.log.info("draft.trained", method=self.method, version=commit.version, idle=False,
+                                  **vars(report))
             weights = None  # drop the staged chunks and the old model, then give their pages back
             await self.run_blocking(release_freed_memory)
             if not error and load is not None:
@@ -140,6 +149,33 @@ class DraftActor(Actor):
         for batch in batches:
             for prompt, output in zip(batch.prompts, batch.outputs):
                 add(prompt, output)
+
+    async def _train_while_idle(self) -> None:
+        """The verifier ran out of requests: a drafter that learns trains now, on the worker thread,
+        until done or until a Track arrives (messages meanwhile queue as during a proposal)."""
+        self._idle_rollouts = False
+        train = getattr(self.drafter, "train", None)
+        if train is None or self.states or not getattr(self.drafter, "has_new_rollouts", False):
+            return
+        self._stop_training.clear()
+        self._busy = True
+        try:
+            report = await self.run_blocking(train, self._stop_training.is_set)
+        finally:
+            self._busy = False
+        if report is not None:
+            self.stats["trained"] += not report.interrupted
+            self.log.info("draft.trained", method=self.method, version=self.stats["version"], idle=True,
+                          **vars(report))
+        self._apply_queued()
+
+    def _apply_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        for msg in queued:
+            try:
+                self._apply_message(msg)
+            except Exception as exc:
+                self.log.error("draft.failed", method=self.method, error=f"{type(exc).__name__}: {exc}")
 
     def _apply_message(self, msg: p.Track | p.VerdictBatch | p.Untrack) -> None:
         if isinstance(msg, p.Track):
@@ -214,6 +250,8 @@ class DraftActor(Actor):
         while True:
             if self._rollouts:
                 self._take_rollouts()
+            if self._idle_rollouts:
+                await self._train_while_idle()
             if self._commits:
                 await self._apply_commits()
             ready = self._ready()
@@ -248,11 +286,5 @@ class DraftActor(Actor):
             self.log.info("draft.chunk", method=self.method, requests=len(drafts),
                           tokens=sum(len(d.tokens) for d in drafts), draft_ms=round(elapsed * 1000, 3))
             await self.send(self.verifier, p.DraftBatch(drafter=self.name, drafts=drafts))
-            if self._queued:
-                queued, self._queued = self._queued, []
-                for msg in queued:
-                    try:
-                        self._apply_message(msg)
-                    except Exception as exc:
-                        self.log.error("draft.failed", method=self.method, error=f"{type(exc).__name__}: {exc}")
+            self._apply_queued()
             await asyncio.sleep(0)  # let verdicts in between rounds

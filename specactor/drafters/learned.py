@@ -24,10 +24,13 @@ Training (:func:`distil`)
     recent ones, bounded), next-token cross-entropy on the output tokens. At
     T=1 the committed tokens are samples of the target's distribution, so this
     is an unbiased estimate of the KL gradient towards it; at T=0 it fits the
-    target's argmax. It runs when the policy's weights change (between RL
-    steps: :meth:`LearnedDrafter.load_weights`), on the rollouts of the
-    previous steps, and on request (:meth:`LearnedDrafter.train`). Until it has
-    trained once it proposes nothing, so it costs nothing.
+    target's argmax. It runs between RL steps: as soon as the verifier has
+    nothing left to run (``Rollouts.idle``: the RL step's rollout is over and
+    the trainer computes the update), on the CPU, cut short if a request comes
+    in first; and at a weight update if rollouts came that it has not trained
+    on (:meth:`LearnedDrafter.load_weights`). The data are the most recent
+    rollouts, which come from the policy that just ran. Until it has trained
+    once it proposes nothing.
 
 Drafting
     Through :class:`~specactor.drafters.model.ModelDrafter` (slot KV cache,
@@ -45,7 +48,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +75,7 @@ class TrainReport:
     loss_first: float
     loss_last: float
     vocab: int
+    interrupted: bool = False  # stopped early (a rollout began): not swapped in; the next round resumes
 
 
 class RolloutBuffer:
@@ -187,11 +191,13 @@ TRAIN_EPOCHS, TRAIN_LR = 3, 1e-3
 
 
 def distil(student: CausalLM, buffer: RolloutBuffer, *, epochs: int = TRAIN_EPOCHS, lr: float = TRAIN_LR,
-           max_seconds: float | None = None, seed: int = 0) -> TrainReport:
+           max_seconds: float | None = None, seed: int = 0,
+           should_stop: Callable[[], bool] | None = None) -> TrainReport:
     """Fit the student's next-token distribution to the rollouts' output tokens (in place).
 
     Output tokens outside the student's vocabulary are left out of the loss
     (the drafter can never propose them). The embedding stays frozen.
+    ``should_stop`` is asked after every sample: True ends the round there (``interrupted``).
     """
     started = time.perf_counter()
     vocab: torch.Tensor = student.vocab  # type: ignore[attr-defined]
@@ -206,6 +212,7 @@ def distil(student: CausalLM, buffer: RolloutBuffer, *, epochs: int = TRAIN_EPOC
     losses: list[float] = []
     tokens_seen = 0
     done_epochs = 0
+    interrupted = False
     for _ in range(epochs):
         for i in torch.randperm(len(samples), generator=rng).tolist():
             prompt, output = samples[i]
@@ -221,8 +228,11 @@ def distil(student: CausalLM, buffer: RolloutBuffer, *, epochs: int = TRAIN_EPOC
             optimiser.step()
             losses.append(float(loss.detach()))
             tokens_seen += len(output)
-            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+            interrupted = should_stop is not None and should_stop()
+            if interrupted or (max_seconds is not None and time.perf_counter() - started > max_seconds):
                 break
+        if interrupted:
+            break
         done_epochs += 1
         if max_seconds is not None and time.perf_counter() - started > max_seconds:
             break
@@ -230,7 +240,7 @@ def distil(student: CausalLM, buffer: RolloutBuffer, *, epochs: int = TRAIN_EPOC
     head = max(1, len(losses) // 10)
     return TrainReport(len(samples), tokens_seen, done_epochs, time.perf_counter() - started,
                        sum(losses[:head]) / head if losses else math.nan,
-                       sum(losses[-head:]) / head if losses else math.nan, len(vocab))
+                       sum(losses[-head:]) / head if losses else math.nan, len(vocab), interrupted)
 
 
 class LearnedDrafter(ModelDrafter):
@@ -259,14 +269,19 @@ class LearnedDrafter(ModelDrafter):
         self.trained_on = 0  # buffer.added at the last training round
         self.reports: list[TrainReport] = []
         self.eos: set[int] = set(target.cfg.eos_token_ids)
-        super().__init__(self._drafting_copy(), max_slots=max_slots, max_len=max_len, noise="shared", device=device)
+        super().__init__(self._drafting_copy(torch.device(device)), max_slots=max_slots, max_len=max_len,
+                         noise="shared", device=device)
 
     @property
     def trained(self) -> bool:
         return bool(self.reports)
 
-    def _drafting_copy(self) -> CausalLM:
-        model = copy.deepcopy(self.student).eval()  # keeps ``vocab``
+    def _drafting_copy(self, device: torch.device) -> CausalLM:
+        """The student as it drafts: packed, on the drafting device. The student itself trains on
+        the CPU (it is small, and a GPU's time belongs to the rollout); ``vocab`` is a plain
+        attribute, so it moves by hand."""
+        model = copy.deepcopy(self.student).eval().to(device)
+        model.vocab = model.vocab.to(device)  # type: ignore[attr-defined]
         model.pack()
         return model
 
@@ -276,9 +291,16 @@ class LearnedDrafter(ModelDrafter):
         """A finished sample's committed tokens: training data for the next round."""
         self.buffer.add(prompt_ids, output_ids)
 
-    def train(self) -> TrainReport | None:
-        """Distil on the buffer if it holds samples not trained on yet; swap the new student in."""
-        if not len(self.buffer) or self.buffer.added == self.trained_on:
+    @property
+    def has_new_rollouts(self) -> bool:
+        """The buffer holds samples the student has not been trained on."""
+        return bool(len(self.buffer)) and self.buffer.added != self.trained_on
+
+    def train(self, should_stop: Callable[[], bool] | None = None) -> TrainReport | None:
+        """Distil on the buffer if it holds samples not trained on yet; swap the new student in.
+        A round that ``should_stop`` cut short is not swapped in (drafting keeps the last full
+        round's student) and leaves the samples new, so the next round takes them again."""
+        if not self.has_new_rollouts:
             return None
         vocab = frequent_vocab(self.buffer, self.vocab_limit, always=self.eos)
         old = self.student.vocab.tolist()  # type: ignore[attr-defined]
@@ -286,14 +308,20 @@ class LearnedDrafter(ModelDrafter):
             head = self._full_head.clone()
             head[torch.tensor(old)] = self.student.lm_head.weight.detach()
             set_head_vocab(self.student, head, vocab)
-        report = distil(self.student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s)
+        report = distil(self.student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s,
+                        should_stop=should_stop)
+        if report.interrupted:
+            return report
         self.trained_on = self.buffer.added
         self.reports.append(report)
-        self.use_model(self._drafting_copy())
+        self.use_model(self._drafting_copy(self.device))
         return report
 
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
-        """The policy changed: take its new embedding and head, then retrain on the rollouts so far."""
+        """The policy changed: take its new embedding and head. Rollouts not trained on yet are
+        trained on now; where the student already learnt from every rollout (it trains while the
+        verifier is idle, i.e. during the RL step that made these weights), it only takes the new
+        embedding, so the update is not held up by a training round on the same data."""
         embed = state.get("model.embed_tokens.weight")
         if embed is None:
             raise KeyError("weight 'model.embed_tokens.weight' missing from the update")
@@ -302,12 +330,9 @@ class LearnedDrafter(ModelDrafter):
                              f"{tuple(self.student.embed.weight.shape)}")
         with torch.no_grad():
             self.student.embed.weight.copy_(embed.float())
-        self._full_head = state.get("lm_head.weight", embed).detach().float().clone()
-        self.trained_on = -1  # the policy moved: retrain even on the same rollouts
-        if len(self.buffer):
-            self.train()
-        else:
-            self.use_model(self._drafting_copy())
+        self._full_head = state.get("lm_head.weight", embed).detach().float().to("cpu", copy=True)
+        if not (self.has_new_rollouts and self.train()):
+            self.use_model(self._drafting_copy(self.device))
 
     # ------------------------------------------------------------------ drafting
 

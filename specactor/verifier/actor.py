@@ -449,10 +449,17 @@ class VerifyActor(Actor):
         done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)] \
             if self.learners else []
         if done:
-            rollouts = p.Rollouts(prompts=[seq.prompt_ids for seq in done], outputs=[seq.output_ids for seq in done])
+            rollouts = p.Rollouts(prompts=[seq.prompt_ids for seq in done], outputs=[seq.output_ids for seq in done],
+                                  idle=self._idle())
             for learner in self.learners:
                 if learner in self.directory and learner not in self.dead_peers:
                     await self.send(learner, rollouts)
+
+    def _idle(self) -> bool:
+        """No request runs, waits for a slot or waits in the inbox: the rollout is over (the
+        policy's assignments may still come in; they are not work)."""
+        return not (self.verifier is not None and self.verifier.has_work) and not self._held \
+            and not any(isinstance(msg, p.GenerateRequest) for _, msg in self._inbox)
 
     def _quiet(self, batch: p.VerdictBatch) -> bool:
         """A step the policy learns nothing urgent from: no request drafts or is scored, none

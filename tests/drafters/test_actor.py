@@ -74,3 +74,53 @@ async def test_a_coupled_request_drafts_at_most_the_window_and_waits() -> None:
         await verifier.send("draft-ngram", _track(p.DraftMode.COUPLED, decoupled_lookahead(WINDOW)))
         drafts = await _drafts(verifier)
     assert [(d.start, d.tokens) for d in drafts] == [(0, SEGMENT[4:4 + WINDOW])]
+
+
+async def _until(condition, timeout_s: float = 60.0) -> float:
+    """Wait until ``condition()`` holds; the seconds it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not condition():
+        assert loop.time() - start < timeout_s, "timed out"
+        await asyncio.sleep(0.02)
+    return loop.time() - start
+
+
+def _cycle(offset: int, n: int = 60) -> list[int]:
+    return [300 + (offset + i) % 7 for i in range(n)]
+
+
+async def test_a_learned_drafter_trains_when_the_verifier_goes_idle_and_not_before(tiny_checkpoint) -> None:
+    """Rollouts sent while requests still run are kept; the batch sent as the verifier runs out of
+    requests (the end of an RL step's rollout) starts a training round, with no weight update."""
+    async with ActorSystem("inproc") as system:
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(tiny_checkpoint),
+                           drafter_options={"layers": 1, "vocab": 64, "epochs": 2, "max_train_s": None})
+        await system.spawn(actor)
+        await _until(lambda: actor.drafter is not None)
+        await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]] * 3, outputs=[_cycle(i) for i in range(3)]))
+        await asyncio.sleep(0.5)
+        assert actor.stats["trained"] == 0 and len(actor.drafter.buffer) == 3
+        await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 4]], outputs=[_cycle(3)], idle=True))
+        await _until(lambda: actor.stats["trained"] == 1)
+        assert actor.drafter.trained and not actor.drafter.has_new_rollouts
+
+
+async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_for(tiny_checkpoint) -> None:
+    async with ActorSystem("inproc") as system:
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(tiny_checkpoint),
+                           drafter_options={"layers": 1, "vocab": 64, "epochs": 100_000, "max_train_s": 120.0})
+        await system.spawn(actor)
+        await _until(lambda: actor.drafter is not None)
+        await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]] * 4, outputs=[_cycle(i) for i in range(4)],
+                                                        idle=True))
+        await _until(lambda: actor._busy)  # training on the worker thread
+        await verifier.send("draft-learned", p.Track(request_id="r", context_ids=[1, 2, 3] + _cycle(0, 10),
+                                                     prompt_len=3, window=4, mode=p.DraftMode.DECOUPLED))
+        took = await _until(lambda: "r" in actor.states, timeout_s=30)
+        assert took < 10  # not the round's 120 s
+        assert actor.stats["trained"] == 0 and not actor.drafter.trained and actor.drafter.has_new_rollouts

@@ -50,14 +50,21 @@ def test_training_on_rollouts_makes_it_predict_them(target) -> None:
     assert set(draft) <= set(drafter.model.vocab.tolist())
 
 
-def test_a_weight_update_takes_the_new_embedding_and_retrains(target) -> None:
+def test_a_weight_update_takes_the_new_embedding_and_trains_only_on_rollouts_it_has_not_seen(target) -> None:
+    """It trained while the verifier was idle (the RL step that made the update): the update
+    then only swaps the embedding in, instead of holding the next rollout up with a second round
+    on the same data. Rollouts that came after its last round are trained on at the update."""
     drafter = LearnedDrafter(target, layers=1, vocab=64, max_slots=4, max_len=256, epochs=1, max_train_s=None)
     drafter.add_rollout([1, 2], _pattern(30))
     drafter.train()
     state = {"model.embed_tokens.weight": target.embed.weight.detach() + 1.0}
     drafter.load_weights(state)
-    assert len(drafter.reports) == 2
+    assert len(drafter.reports) == 1
     assert torch.equal(drafter.student.embed.weight, state["model.embed_tokens.weight"])
+    assert torch.equal(drafter.model.embed.weight, state["model.embed_tokens.weight"])  # the drafting copy too
+    drafter.add_rollout([1, 3], _pattern(30, offset=2))
+    drafter.load_weights({"model.embed_tokens.weight": target.embed.weight.detach()})
+    assert len(drafter.reports) == 2 and not drafter.has_new_rollouts
     with pytest.raises(ValueError, match="embedding of shape"):
         drafter.load_weights({"model.embed_tokens.weight": torch.zeros(3, 3)})
     with pytest.raises(KeyError):
@@ -138,3 +145,23 @@ def test_sampling_over_its_vocabulary_is_the_targets_rule_restricted_to_it(targe
     full[:, vocab] = logits
     expected, _ = sample(full, SamplingBatch.build([(temperature, 0, 1.0, s.seed, position) for s in states]))
     assert drafter._sample(logits, states, [position, position]) == expected.tolist()
+
+
+def test_a_training_round_cut_short_is_not_swapped_in_and_the_next_one_takes_its_samples(target) -> None:
+    """Idle training stops when a rollout begins: drafting keeps the last complete student."""
+    drafter = LearnedDrafter(target, layers=1, vocab=64, max_slots=4, max_len=256, epochs=30, lr=3e-3,
+                             max_train_s=None)
+    for i in range(6):
+        drafter.add_rollout([1, 2, 3 + i], _pattern(60, offset=i))
+    asked = []
+    report = drafter.train(should_stop=lambda: asked.append(1) or len(asked) >= 2)
+    assert report is not None and report.interrupted and report.epochs == 0
+    assert len(asked) == 2  # asked after every sample, stopped at the second
+    assert not drafter.trained and drafter.has_new_rollouts
+    state = DraftState("r", [1, 2, 9], committed=_pattern(20, offset=3), seed=4, temperature=0.0)
+    drafter.start(state)
+    assert drafter.propose([state], 4) == [[]]  # still the untrained student: proposes nothing
+    report = drafter.train()
+    assert report is not None and not report.interrupted and report.epochs == 30
+    assert drafter.trained and not drafter.has_new_rollouts
+    assert drafter.propose([state], 4) == [_pattern(24, offset=3)[20:]]

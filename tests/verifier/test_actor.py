@@ -125,3 +125,42 @@ async def test_a_shadow_scored_request_is_drafted_a_step_ahead_and_a_speculating
         await policy.send("verifier", assign("r", 0))
         off = await tracked()
         assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == decoupled_lookahead(1)
+
+
+async def test_learners_get_each_finished_sample_and_the_last_batch_says_the_verifier_is_idle(tiny_checkpoint) -> None:
+    """A learned drafter trains when the verifier runs out of requests; until the last sample
+    finishes, Rollouts say there is still work."""
+    async with ActorSystem("inproc") as system:
+        learner, client = Collector("draft-learned"), Collector("client")
+        await system.spawn(learner)
+        await system.spawn(client)
+        await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), learners=["draft-learned"],
+                                       max_batch=4, max_len=256))
+        for i, n in enumerate((5, 30)):
+            params = p.SamplingParams(temperature=0.0, max_tokens=n)
+            await client.send("verifier", p.GenerateRequest(request_id=f"r{i}", prompt_ids=[1, 5, 9, 13 + i],
+                                                            params=params, reply_to="client"))
+        results = {}
+        while len(results) < 2:
+            _, msg = await asyncio.wait_for(client.received.get(), 60)
+            if isinstance(msg, p.RequestResult):
+                results[msg.request_id] = msg
+        rollouts = []
+        while len(rollouts) < 2:
+            _, msg = await asyncio.wait_for(learner.received.get(), 10)
+            if isinstance(msg, p.Rollouts):
+                rollouts.append(msg)
+    assert [(r.outputs, r.idle) for r in rollouts] == [([results["r0"].token_ids], False),
+                                                       ([results["r1"].token_ids], True)]
+
+
+def test_the_verifier_is_idle_with_the_policys_assignments_queued_but_not_with_a_request() -> None:
+    """The policy answers the last verdicts with assignments: those must not hide the end of a rollout."""
+    actor = VerifyActor("verifier", model="unused")
+    assert actor._idle()
+    assignment = p.Assignment(request_id="r0", methods=["ngram"], window=4, mode=p.DraftMode.DECOUPLED)
+    actor._inbox.append(("policy", p.AssignmentBatch(assignments=[assignment])))
+    assert actor._idle()
+    actor._inbox.append(("client", p.GenerateRequest(request_id="r1", prompt_ids=[1, 2], params=p.SamplingParams(),
+                                                     reply_to="client")))
+    assert not actor._idle()

@@ -135,3 +135,35 @@ async def test_a_specactor_rollout_on_the_gpu_gives_the_autoregressive_tokens(ti
             results = await engine.generate(prompts, params, request_ids=[f"p{i}" for i in range(len(prompts))])
             outputs[mode] = {r.request_id: r.token_ids for r in results}
     assert outputs["specactor"] == outputs["autoregressive"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_learned_drafter_drafts_on_the_gpu_what_it_drafts_on_the_cpu(temperature) -> None:
+    """It trains on the CPU and drafts on its device: the drafting copy, its truncated vocabulary
+    and a weight update coming from GPU tensors must all land there."""
+    from specactor.drafters.learned import LearnedDrafter
+
+    target = ours_from_hf(tiny_hf_model("llama", seed=5, vocab=VOCAB))
+    cycle = [10 + i % 7 for i in range(80)]
+    drafts = {}
+    for device in ("cpu", "cuda"):
+        drafter = LearnedDrafter(target, layers=1, vocab=64, max_slots=4, max_len=256, epochs=30, lr=3e-3,
+                                 max_train_s=None, device=device)
+        for i in range(6):
+            drafter.add_rollout([1, 2, 3 + i], cycle[i:i + 60])
+        drafter.train()
+        if device == "cuda":
+            drafter.load_weights({"model.embed_tokens.weight": target.embed.weight.detach().cuda()})
+            assert drafter.model.embed.weight.device.type == "cuda"
+            assert drafter.model.vocab.device.type == "cuda"
+        else:
+            drafter.load_weights({"model.embed_tokens.weight": target.embed.weight.detach()})
+        states = [DraftState(f"r{i}", [1, 2, 9], committed=cycle[i:i + 20], seed=4 + i, temperature=temperature)
+                  for i in range(3)]
+        for s in states:
+            drafter.start(s)
+        drafts[device] = drafter.propose(states, 4)
+    assert drafts["cuda"] == drafts["cpu"]
+    assert all(len(d) == 4 for d in drafts["cuda"])
+    if temperature == 0.0:
+        assert drafts["cuda"] == [cycle[i + 20:i + 24] for i in range(3)]
