@@ -32,7 +32,7 @@ import msgspec
 from specactor import protocol as p
 from specactor.actor import Actor, ActorSpec, ActorSystem
 from specactor.config import EngineConfig  # noqa: F401  (importable from here too, as before)
-from specactor.drafters.registry import MODEL_METHODS
+from specactor.drafters.registry import LEARNING_METHODS, MODEL_METHODS
 from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.models import DEFAULT_MODEL
@@ -301,7 +301,7 @@ class RolloutEngine:
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
                            "progress_every_s": cfg.progress_every_s,
                            "policy": "policy" if use_policy else None,
-                           "learners": ["draft-learned"] if "learned" in cfg.active_drafters else [],
+                           "learners": [f"draft-{m}" for m in cfg.active_drafters if m in LEARNING_METHODS],
                            "profile": cfg.measure_profile, "backend": cfg.backend,
                            "share_prompts": cfg.share_prompts}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)

@@ -77,6 +77,11 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "draft.failed": ("A drafter raised on a request; it goes on without that drafter's drafts.",
                      ("method", "request_id", "error")),
+    "policy.ready": (
+        "A drafter became ready to draft (a learned drafter after its first training round) or stopped "
+        "being ready; the policy assigns no request to one that is not.",
+        ("method", "ready"),
+    ),
     "policy.assign": (
         "The policy changed a request's drafting: methods (several = racing; none = speculation off), window, "
         "mode, and why.",

@@ -91,7 +91,9 @@ class DraftActor(Actor):
             else:
                 self._apply_message(msg)
         elif isinstance(msg, p.StatsRequest):
-            await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states)}))
+            ready = self.drafter is not None and getattr(self.drafter, "ready", True)
+            await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states),
+                                                                         "ready": int(ready)}))
         elif isinstance(msg, p.Rollouts):  # training data: taken between drafting rounds
             if len(msg.prompts) != len(msg.outputs):
                 raise ValueError(f"Rollouts with {len(msg.prompts)} prompts and {len(msg.outputs)} outputs")

@@ -83,7 +83,9 @@ class Drafter(Protocol):
 
     A drafter may set ``lookup = True`` when a proposal costs next to nothing per token (a
     lookup in text already seen, not a model): its actor then drafts all the room a request has
-    in one round instead of ``k`` tokens at a time."""
+    in one round instead of ``k`` tokens at a time. A drafter may have ``ready`` False while it
+    can propose nothing at all (a learned drafter before its first training round): its actor
+    reports that, and the policy assigns it to no request meanwhile."""
 
     name: str
 

@@ -292,6 +292,10 @@ class LearnedDrafter(ModelDrafter):
         self.buffer.add(prompt_ids, output_ids)
 
     @property
+    def ready(self) -> bool:  # type: ignore[override]
+        return self.trained
+
+    @property
     def has_new_rollouts(self) -> bool:
         """The buffer holds samples the student has not been trained on."""
         return bool(len(self.buffer)) and self.buffer.added != self.trained_on

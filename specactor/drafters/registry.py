@@ -12,6 +12,10 @@ METHODS = ("ngram", "suffix", "model", "learned")
 #: for every running request) and holds a copy of the policy's weights, updated between RL steps.
 MODEL_METHODS = ("model", "learned")
 
+#: Methods that learn from the rollouts (the verifier streams every finished sample to them) and
+#: draft nothing until they have: the policy leaves them out until their actor reports them ready.
+LEARNING_METHODS = ("learned",)
+
 
 def make_drafter(method: str, model: str | None = None, options: dict[str, Any] | None = None) -> Drafter:
     """Build the drafter called ``method``; ``model`` is the target model name or path."""

@@ -17,6 +17,7 @@ from typing import Any
 from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.drafters.base import DEFAULT_WINDOW
+from specactor.drafters.registry import LEARNING_METHODS
 from specactor.policy.bandit import Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
 
@@ -37,6 +38,8 @@ class PolicyActor(Actor):
         self.cost.shared_methods = set(shared_methods)
         self.fon = FastestOfN(self.methods, self.cost, max_window=max_window, racing=racing, scheme=scheme,
                               round_steps=plan_every, seed=seed)
+        # a learned drafter proposes nothing until it has trained: leave it out until its stats say ready
+        self.fon.unready = {m for m in self.methods if m in LEARNING_METHODS}
         self.current: dict[str, Choice] = {}
         self.default: Choice | None = None
         self.stats_every = stats_every
@@ -114,6 +117,14 @@ class PolicyActor(Actor):
         """Turn the growth of a drafter's counters into a timing sample for the cost model."""
         method = reply.name.removeprefix("draft-")
         now = reply.values
+        ready = now.get("ready")
+        if ready is not None and method in self.methods and bool(ready) == (method in self.fon.unready):
+            if ready:
+                self.fon.unready.discard(method)
+            else:
+                self.fon.unready.add(method)
+            self.fon.replan_soon = True
+            self.log.info("policy.ready", method=method, ready=bool(ready))
         before = self._drafter_totals.get(method)
         self._drafter_totals[method] = dict(now)
         if before is None:

@@ -221,6 +221,7 @@ class FastestOfN:
         self.explore_window = explore_window
         self.primary: dict[str, str] = {}  # request id -> method chosen last time (switching has a cost)
         self.methods = list(methods)
+        self.unready: set[str] = set()  # methods whose drafter can propose nothing yet: never planned
         self.cost = cost
         self.max_window = max_window
         self.decoupled = decoupled
@@ -357,7 +358,7 @@ class FastestOfN:
         plain = 1.0 / steps.decode if steps.decode > 0 else 0.0
         best = (0, plain, self.methods[0], 0.0)
         for method, arm in self.global_arms.items():
-            if arm.weight < 1:  # nothing known yet: the first requests' explorers will tell
+            if arm.weight < 1 or method in self.unready:  # nothing known yet (the first explorers will tell), or not ready
                 continue
             p = (arm.successes + 1) / (arm.weight + 2)
             window, speed = self._rank(steps, p, method, 1.0)
@@ -385,7 +386,13 @@ class FastestOfN:
         self.round_drafts.clear()
         self.rounds = max(self.rounds + 1, step / self.round_steps) if step is not None else self.rounds + 1
         steps = self.cost.at_batch(batch)
-        free = [m for m in self.methods if self.is_free(m, batch)]
+        methods = [m for m in self.methods if m not in self.unready]
+        if not methods:
+            self.replan_soon = False
+            for rid in self.requests:
+                self.primary[rid] = ""
+            return {rid: Choice([], 0, self.decoupled, "off: no drafter is ready yet") for rid in self.requests}
+        free = [m for m in methods if self.is_free(m, batch)]
         ranked: dict[str, list[tuple[float, str, int]]] = {}
         picked: list[tuple[str, str, float, float, float, str]] = []  # rid, method, p to exploit, draw, q, why
         for rid, req in self.requests.items():
@@ -399,7 +406,7 @@ class FastestOfN:
             # step whichever method leads, so it needs no exploring: its mean ranks it. Whether and
             # how far to speculate is the batch's call, below.
             options = []
-            for method in self.methods:
+            for method in methods:
                 q = req.draft_rates.get(method, 1.0)
                 a, b = self._posterior(req, method)
                 drawn = self._sample(req, method)
@@ -411,10 +418,11 @@ class FastestOfN:
             why = "cold start" if not req.arms else "bandit"
             previous = self.primary.get(rid)
             if previous and previous != best[1]:
-                kept = next(o for o in options if o[1] == previous)
+                kept = next((o for o in options if o[1] == previous), None)  # None: no longer ready
                 # a switch costs the new drafter a Track (a model drafter prefills): hold a choice
                 # for a few rounds, and switch only for a clearly better draw
-                if kept[2] and (self.rounds < req.hold_until or kept[0] * (1 + self.switch_margin) >= best[0]):
+                if kept is not None and kept[2] and (self.rounds < req.hold_until
+                                                     or kept[0] * (1 + self.switch_margin) >= best[0]):
                     best = kept
                 else:
                     why = f"switch from {previous}"
@@ -469,7 +477,8 @@ class FastestOfN:
         for i, (rid, method, sure, drawn, q, why) in enumerate(picked):
             req = self.requests[rid]
             window = windows[i]
-            awaiting = req.exploring[1] and req.drafts_seen == req.explore_seen and req.steps < req.explore_deadline
+            awaiting = req.exploring[1] and req.drafts_seen == req.explore_seen and req.steps < req.explore_deadline \
+                and req.exploring[0] not in self.unready
             if i in explorers:
                 gap = req.explore_gap or self.hold_rounds
                 req.explore_at = self.rounds + gap

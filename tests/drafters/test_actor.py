@@ -90,16 +90,22 @@ def _cycle(offset: int, n: int = 60) -> list[int]:
     return [300 + (offset + i) % 7 for i in range(n)]
 
 
+async def _start_learned(system: ActorSystem, checkpoint, **options) -> tuple[Collector, DraftActor]:
+    """A learned draft actor on the tiny checkpoint (1 layer, 64-token head) and a verifier stand-in."""
+    verifier = Collector("verifier")
+    await system.spawn(verifier)
+    actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(checkpoint),
+                       drafter_options={"layers": 1, "vocab": 64, "max_train_s": None, **options})
+    await system.spawn(actor)
+    await _until(lambda: actor.drafter is not None)
+    return verifier, actor
+
+
 async def test_a_learned_drafter_trains_when_the_verifier_goes_idle_and_not_before(tiny_checkpoint) -> None:
     """Rollouts sent while requests still run are kept; the batch sent as the verifier runs out of
     requests (the end of an RL step's rollout) starts a training round, with no weight update."""
     async with ActorSystem("inproc") as system:
-        verifier = Collector("verifier")
-        await system.spawn(verifier)
-        actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(tiny_checkpoint),
-                           drafter_options={"layers": 1, "vocab": 64, "epochs": 2, "max_train_s": None})
-        await system.spawn(actor)
-        await _until(lambda: actor.drafter is not None)
+        verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=2)
         await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]] * 3, outputs=[_cycle(i) for i in range(3)]))
         await asyncio.sleep(0.5)
         assert actor.stats["trained"] == 0 and len(actor.drafter.buffer) == 3
@@ -110,12 +116,7 @@ async def test_a_learned_drafter_trains_when_the_verifier_goes_idle_and_not_befo
 
 async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_for(tiny_checkpoint) -> None:
     async with ActorSystem("inproc") as system:
-        verifier = Collector("verifier")
-        await system.spawn(verifier)
-        actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(tiny_checkpoint),
-                           drafter_options={"layers": 1, "vocab": 64, "epochs": 100_000, "max_train_s": 120.0})
-        await system.spawn(actor)
-        await _until(lambda: actor.drafter is not None)
+        verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=100_000, max_train_s=120.0)
         await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]] * 4, outputs=[_cycle(i) for i in range(4)],
                                                         idle=True))
         await _until(lambda: actor._busy)  # training on the worker thread
@@ -124,3 +125,29 @@ async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_f
         took = await _until(lambda: "r" in actor.states, timeout_s=30)
         assert took < 10  # not the round's 120 s
         assert actor.stats["trained"] == 0 and not actor.drafter.trained and actor.drafter.has_new_rollouts
+
+
+async def test_its_stats_say_whether_it_can_draft_yet(tiny_checkpoint) -> None:
+    """The policy leaves a learned drafter out until these say it has trained."""
+    async with ActorSystem("inproc") as system:
+        verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=1)
+
+        async def ready() -> int:
+            await verifier.send("draft-learned", p.StatsRequest())
+            while True:
+                _, msg = await asyncio.wait_for(verifier.received.get(), 10)
+                if isinstance(msg, p.StatsReply):
+                    return msg.values["ready"]
+
+        assert await ready() == 0
+        await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]], outputs=[_cycle(0)], idle=True))
+        await _until(lambda: actor.stats["trained"] == 1)
+        assert await ready() == 1
+
+
+async def test_a_drafter_that_never_learns_is_always_ready() -> None:
+    async with ActorSystem("inproc") as system:
+        verifier = await _start(system)
+        await verifier.send("draft-ngram", p.StatsRequest())
+        _, reply = await asyncio.wait_for(verifier.received.get(), 10)
+    assert isinstance(reply, p.StatsReply) and reply.values["ready"] == 1 and "draft_s" in reply.values

@@ -372,3 +372,38 @@ def test_a_lockstep_batch_is_not_locked_out_by_its_shared_opening() -> None:
         requests, FastestOfN(["ngram"], CostModel.from_profile(), seed=1))
     speculating = [method for step, _, method in result.choices if step <= 100]
     assert sum(bool(m) for m in speculating) > 0.3 * len(speculating)
+
+
+class _RecordingPolicy(FastestOfN):
+    """Notes every method any plan gave any request: primary, free riders and tail racers."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.planned: set[str] = set()
+
+    def plan(self, batch=None, step=None):
+        plan = super().plan(batch, step)
+        self.planned.update(m for choice in plan.values() for m in choice.methods)
+        return plan
+
+
+def test_a_method_that_is_not_ready_is_never_planned_and_is_once_ready() -> None:
+    """A learned drafter proposes nothing before its first training round: assigning it to a
+    request (alone, riding along free, or racing in the tail) would only cost messages."""
+    cost = CostModel.from_profile()
+    acceptance = {"ngram": 0.3, "suffix": 0.3, "model": 0.95}
+
+    def run(unready: set[str]) -> _RecordingPolicy:
+        policy = _RecordingPolicy(METHODS, cost, seed=3, racing=True)
+        policy.unready = unready
+        Simulator(cost, seed=3).run([SimRequest(f"r{i}", 40 + 30 * i, acceptance) for i in range(8)], policy)
+        return policy
+
+    assert "model" in run(set()).planned  # ready, the accurate drafter is used
+    policy = run({"model"})
+    assert policy.planned and "model" not in policy.planned
+    assert "model" not in policy.default_choice(1).methods
+    policy.add_request("late")
+    policy.unready = set(METHODS)
+    plan = policy.plan(1)
+    assert all(not c.methods and "no drafter is ready" in c.reason for c in plan.values())
