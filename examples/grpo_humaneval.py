@@ -55,7 +55,8 @@ def parse_args() -> argparse.Namespace:
                         help="the verifier of both engines: specactor's own engine or vLLM")
     parser.add_argument("--drafters", default="ngram,suffix",
                         help="drafting methods of the specactor engine; add 'learned' for the drafter that "
-                             "trains on the rollouts (between RL steps, while the verifier is idle)")
+                             "trains on the rollouts (between RL steps, while the verifier is idle: on a small "
+                             "machine also while the autoregressive engine rolls out, so use --no-compare)")
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
     return parser.parse_args()
 

@@ -285,7 +285,8 @@ class Untrack(_Msg, tag=27):
 class Rollouts(_Msg, tag=36):
     """Finished samples' committed tokens, for drafters that learn from the policy's rollouts.
     ``idle``: the verifier had nothing left to run when it sent them (the end of an RL step's
-    rollout), so a learner may train now without taking time from a rollout."""
+    rollout), so a learner may train now without taking time from a rollout. An empty batch with
+    ``idle`` False says that requests came in again after an idle one: a learner stops training."""
 
     prompts: list[list[int]]
     outputs: list[list[int]]

@@ -80,6 +80,7 @@ class DraftActor(Actor):
         self.start_loop(self._drafting_loop())
 
     def on_closed(self) -> None:
+        self._stop_training.set()  # a round on the worker thread would outlive the actor by minutes
         self.drafter = None
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -98,7 +99,9 @@ class DraftActor(Actor):
             if len(msg.prompts) != len(msg.outputs):
                 raise ValueError(f"Rollouts with {len(msg.prompts)} prompts and {len(msg.outputs)} outputs")
             self._rollouts.append(msg)
-            self._idle_rollouts = self._idle_rollouts or msg.idle
+            self._idle_rollouts = msg.idle  # the latest word: a rollout may have begun since
+            if not msg.idle:  # the verifier admitted requests again: a round must not take their time
+                self._stop_training.set()
         elif isinstance(msg, p.WeightsChunk):
             self._updates.add(msg)
         elif isinstance(msg, p.WeightsCommit):
@@ -127,10 +130,13 @@ class DraftActor(Actor):
             load = getattr(self.drafter, "load_weights", None)
             if not error and load is not None:
                 rounds = len(getattr(self.drafter, "reports", []))
+                self._busy = True  # the drafter is the worker thread's: Track/Untrack wait (as in a proposal)
                 try:
                     await self.run_blocking(lambda: load(weights()))
                 except Exception as exc:  # a corrupt or half-written checkpoint raises its reader's own errors
                     error = f"{type(exc).__name__}: {exc}"
+                finally:
+                    self._busy = False
                 for report in getattr(self.drafter, "reports", [])[rounds:]:  # a learned drafter retrained
                     self.stats["trained"] += 1
                     self.log.info("draft.trained", method=self.method, version=commit.version, idle=False,
@@ -141,6 +147,7 @@ class DraftActor(Actor):
                 self.stats["version"] = commit.version  # the policy version its drafts come from
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))
+        self._apply_queued()
 
     def _take_rollouts(self) -> None:
         """Hand finished samples to a drafter that learns from them (others ignore them)."""
@@ -163,6 +170,9 @@ class DraftActor(Actor):
         self._busy = True
         try:
             report = await self.run_blocking(train, self._stop_training.is_set)
+        except Exception as exc:  # the drafter keeps its last student; the actor goes on
+            report = None
+            self.log.error("draft.failed", method=self.method, error=f"training: {type(exc).__name__}: {exc}")
         finally:
             self._busy = False
         if report is not None:

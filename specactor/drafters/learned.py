@@ -75,7 +75,7 @@ class TrainReport:
     loss_first: float
     loss_last: float
     vocab: int
-    interrupted: bool = False  # stopped early (a rollout began): not swapped in; the next round resumes
+    interrupted: bool = False  # stopped early (a rollout began): dropped; the next round starts over
 
 
 class RolloutBuffer:
@@ -302,20 +302,22 @@ class LearnedDrafter(ModelDrafter):
 
     def train(self, should_stop: Callable[[], bool] | None = None) -> TrainReport | None:
         """Distil on the buffer if it holds samples not trained on yet; swap the new student in.
-        A round that ``should_stop`` cut short is not swapped in (drafting keeps the last full
-        round's student) and leaves the samples new, so the next round takes them again."""
+        A round that ``should_stop`` cut short is dropped: the student stays as the last full round
+        left it, and the samples stay new, so the next round takes them again from there."""
         if not self.has_new_rollouts:
             return None
+        student = copy.deepcopy(self.student)  # the round's: kept only if it completes
         vocab = frequent_vocab(self.buffer, self.vocab_limit, always=self.eos)
-        old = self.student.vocab.tolist()  # type: ignore[attr-defined]
+        old = student.vocab.tolist()  # type: ignore[attr-defined]
         if vocab != old:  # keep what the head learnt for tokens that stay
             head = self._full_head.clone()
-            head[torch.tensor(old)] = self.student.lm_head.weight.detach()
-            set_head_vocab(self.student, head, vocab)
-        report = distil(self.student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s,
+            head[torch.tensor(old)] = student.lm_head.weight.detach()
+            set_head_vocab(student, head, vocab)
+        report = distil(student, self.buffer, epochs=self.epochs, lr=self.lr, max_seconds=self.max_train_s,
                         should_stop=should_stop)
         if report.interrupted:
             return report
+        self.student = student
         self.trained_on = self.buffer.added
         self.reports.append(report)
         self.use_model(self._drafting_copy(self.device))

@@ -86,6 +86,7 @@ class VerifyActor(Actor):
         self.coupled: set[str] = set()  # requests whose drafts the step waits for
         self.policy = policy  # actor that gets every VerdictBatch, if any
         self.learners = list(learners or [])  # drafters that train on finished samples (p.Rollouts)
+        self._learners_told_idle = False  # the last Rollouts said idle: the next request must say busy
         self.profile = profile  # measure this machine's cost profile before serving, if none is cached
         self._inbox: list[tuple[str, p.Message]] = []
         self._wake = asyncio.Event()
@@ -195,6 +196,9 @@ class VerifyActor(Actor):
                 for one in msg.assignments:
                     await self._assign(one, sender)
             elif isinstance(msg, p.GenerateRequest):
+                if self._learners_told_idle:  # they may be training: a rollout begins, stop
+                    self._learners_told_idle = False
+                    await self._to_learners(p.Rollouts(prompts=[], outputs=[], idle=False))
                 if self._update is not None:  # starts on the new weights
                     self._held.append((sender, msg))
                 else:
@@ -451,9 +455,13 @@ class VerifyActor(Actor):
         if done:
             rollouts = p.Rollouts(prompts=[seq.prompt_ids for seq in done], outputs=[seq.output_ids for seq in done],
                                   idle=self._idle())
-            for learner in self.learners:
-                if learner in self.directory and learner not in self.dead_peers:
-                    await self.send(learner, rollouts)
+            self._learners_told_idle = rollouts.idle
+            await self._to_learners(rollouts)
+
+    async def _to_learners(self, rollouts: p.Rollouts) -> None:
+        for learner in self.learners:
+            if learner in self.directory and learner not in self.dead_peers:
+                await self.send(learner, rollouts)
 
     def _idle(self) -> bool:
         """No request runs, waits for a slot or waits in the inbox: the rollout is over (the

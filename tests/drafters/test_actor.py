@@ -114,12 +114,19 @@ async def test_a_learned_drafter_trains_when_the_verifier_goes_idle_and_not_befo
         assert actor.drafter.trained and not actor.drafter.has_new_rollouts
 
 
-async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_for(tiny_checkpoint) -> None:
+@pytest.mark.parametrize("how", ["its own Track", "the verifier busy again"])
+async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_for(tiny_checkpoint, how) -> None:
+    """A Track for it, or the verifier saying it admitted requests again (another drafter's, or
+    none: an unready learned drafter is tracked for nothing)."""
     async with ActorSystem("inproc") as system:
         verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=100_000, max_train_s=120.0)
         await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]] * 4, outputs=[_cycle(i) for i in range(4)],
                                                         idle=True))
         await _until(lambda: actor._busy)  # training on the worker thread
+        if how == "the verifier busy again":
+            await verifier.send("draft-learned", p.Rollouts(prompts=[], outputs=[], idle=False))
+            took = await _until(lambda: not actor._busy, timeout_s=30)
+            assert took < 10
         await verifier.send("draft-learned", p.Track(request_id="r", context_ids=[1, 2, 3] + _cycle(0, 10),
                                                      prompt_len=3, window=4, mode=p.DraftMode.DECOUPLED))
         took = await _until(lambda: "r" in actor.states, timeout_s=30)
@@ -151,3 +158,18 @@ async def test_a_drafter_that_never_learns_is_always_ready() -> None:
         await verifier.send("draft-ngram", p.StatsRequest())
         _, reply = await asyncio.wait_for(verifier.received.get(), 10)
     assert isinstance(reply, p.StatsReply) and reply.values["ready"] == 1 and "draft_s" in reply.values
+
+
+async def test_a_training_round_that_raises_leaves_the_actor_serving(tiny_checkpoint, monkeypatch) -> None:
+    async with ActorSystem("inproc") as system:
+        verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=1)
+
+        def broken(should_stop=None):
+            raise RuntimeError("CUDA out of memory")
+
+        monkeypatch.setattr(actor.drafter, "train", broken)
+        await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]], outputs=[_cycle(0)], idle=True))
+        await asyncio.sleep(0.5)
+        await verifier.send("draft-learned", p.StatsRequest())
+        _, reply = await asyncio.wait_for(verifier.received.get(), 10)
+    assert isinstance(reply, p.StatsReply) and reply.values["ready"] == 0 and reply.values["trained"] == 0

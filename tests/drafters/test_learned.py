@@ -154,8 +154,11 @@ def test_a_training_round_cut_short_is_not_swapped_in_and_the_next_one_takes_its
     for i in range(6):
         drafter.add_rollout([1, 2, 3 + i], _pattern(60, offset=i))
     asked = []
+    before = {k: v.clone() for k, v in drafter.student.state_dict().items()}
     report = drafter.train(should_stop=lambda: asked.append(1) or len(asked) >= 2)
     assert report is not None and report.interrupted and report.epochs == 0
+    after = drafter.student.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert len(asked) == 2  # asked after every sample, stopped at the second
     assert not drafter.trained and drafter.has_new_rollouts
     state = DraftState("r", [1, 2, 9], committed=_pattern(20, offset=3), seed=4, temperature=0.0)

@@ -399,10 +399,15 @@ def test_a_method_that_is_not_ready_is_never_planned_and_is_once_ready() -> None
         Simulator(cost, seed=3).run([SimRequest(f"r{i}", 40 + 30 * i, acceptance) for i in range(8)], policy)
         return policy
 
-    assert "model" in run(set()).planned  # ready, the accurate drafter is used
+    ready = run(set())
+    assert "model" in ready.planned  # ready, the accurate drafter is used
+    assert "model" in ready.default_choice(1).methods
+    ready.unready = {"model"}  # not ready any more (a restarted learned drafter), mid-run
+    ready.add_request("new")
+    assert all("model" not in c.methods for c in ready.plan(8).values())
+    assert "model" not in ready.default_choice(1).methods
     policy = run({"model"})
     assert policy.planned and "model" not in policy.planned
-    assert "model" not in policy.default_choice(1).methods
     policy.add_request("late")
     policy.unready = set(METHODS)
     plan = policy.plan(1)

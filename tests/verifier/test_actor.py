@@ -150,8 +150,18 @@ async def test_learners_get_each_finished_sample_and_the_last_batch_says_the_ver
             _, msg = await asyncio.wait_for(learner.received.get(), 10)
             if isinstance(msg, p.Rollouts):
                 rollouts.append(msg)
-    assert [(r.outputs, r.idle) for r in rollouts] == [([results["r0"].token_ids], False),
-                                                       ([results["r1"].token_ids], True)]
+        # a request after an idle batch: learners hear at once that a rollout began (stop training)
+        await client.send("verifier", p.GenerateRequest(request_id="r2", prompt_ids=[1, 5, 9],
+                                                        params=p.SamplingParams(temperature=0.0, max_tokens=3),
+                                                        reply_to="client"))
+        while len(rollouts) < 4:
+            _, msg = await asyncio.wait_for(learner.received.get(), 30)
+            if isinstance(msg, p.Rollouts):
+                rollouts.append(msg)
+    assert [(r.outputs, r.idle) for r in rollouts[:2]] == [([results["r0"].token_ids], False),
+                                                           ([results["r1"].token_ids], True)]
+    assert (rollouts[2].outputs, rollouts[2].idle) == ([], False)
+    assert rollouts[3].idle and len(rollouts[3].outputs) == 1
 
 
 def test_the_verifier_is_idle_with_the_policys_assignments_queued_but_not_with_a_request() -> None:
