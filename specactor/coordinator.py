@@ -311,6 +311,7 @@ class RolloutEngine:
             # caller's (an RL loop training in this process) must stay as it is.
             own_process = cfg.processes and method in MODEL_METHODS
             kwargs = {"method": method, "k": cfg.k, "window": cfg.max_window, "model": cfg.model,
+                      "policy": "policy" if use_policy else None,
                       "threads": cfg.drafter_threads if own_process else None}
             if method in MODEL_METHODS:  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,

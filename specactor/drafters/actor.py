@@ -39,9 +39,12 @@ class DraftActor(Actor):
         model: str | None = None,
         threads: int | None = None,
         drafter_options: dict[str, Any] | None = None,
+        policy: str | None = None,
         **kwargs: Any,
     ) -> None:
+        """``policy``: told at once when the drafter becomes ready (it otherwise polls every few steps)."""
         super().__init__(name, **kwargs)
+        self.policy = policy
         if k < 1 or window < k:
             raise ValueError(f"need 1 <= k <= window (got k={k}, window={window})")
         self.method, self.verifier, self.k, self.window = method, verifier, k, window
@@ -92,9 +95,7 @@ class DraftActor(Actor):
             else:
                 self._apply_message(msg)
         elif isinstance(msg, p.StatsRequest):
-            ready = self.drafter is not None and getattr(self.drafter, "ready", True)
-            await self.send(sender, p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states),
-                                                                         "ready": int(ready)}))
+            await self.send(sender, self._stats_reply())
         elif isinstance(msg, p.Rollouts):  # training data: taken between drafting rounds
             if len(msg.prompts) != len(msg.outputs):
                 raise ValueError(f"Rollouts with {len(msg.prompts)} prompts and {len(msg.outputs)} outputs")
@@ -130,6 +131,7 @@ class DraftActor(Actor):
             load = getattr(self.drafter, "load_weights", None)
             if not error and load is not None:
                 rounds = len(getattr(self.drafter, "reports", []))
+                was_ready = bool(getattr(self.drafter, "ready", True))
                 self._busy = True  # the drafter is the worker thread's: Track/Untrack wait (as in a proposal)
                 try:
                     await self.run_blocking(lambda: load(weights()))
@@ -145,6 +147,7 @@ class DraftActor(Actor):
             await self.run_blocking(release_freed_memory)
             if not error and load is not None:
                 self.stats["version"] = commit.version  # the policy version its drafts come from
+                await self._tell_policy_if_ready(was_ready)
             await self.send(sender, p.ControlAck(ref=commit.update_id, ok=not error, detail=error,
                                                  version=commit.version))
         self._apply_queued()
@@ -159,6 +162,16 @@ class DraftActor(Actor):
             for prompt, output in zip(batch.prompts, batch.outputs):
                 add(prompt, output)
 
+    def _stats_reply(self) -> p.StatsReply:
+        ready = self.drafter is not None and getattr(self.drafter, "ready", True)
+        return p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states), "ready": int(ready)})
+
+    async def _tell_policy_if_ready(self, was_ready: bool) -> None:
+        """A drafter that just became ready joins the next plan, not the one after the next poll."""
+        if not was_ready and getattr(self.drafter, "ready", True) and self.policy is not None \
+                and self.policy in self.directory and self.policy not in self.dead_peers:
+            await self.send(self.policy, self._stats_reply())
+
     async def _train_while_idle(self) -> None:
         """The verifier ran out of requests: a drafter that learns trains now, on the worker thread,
         until done or until a Track arrives (messages meanwhile queue as during a proposal)."""
@@ -168,6 +181,7 @@ class DraftActor(Actor):
             return
         self._stop_training.clear()
         self._busy = True
+        was_ready = bool(getattr(self.drafter, "ready", True))
         try:
             report = await self.run_blocking(train, self._stop_training.is_set)
         except Exception as exc:  # the drafter keeps its last student; the actor goes on
@@ -179,6 +193,7 @@ class DraftActor(Actor):
             self.stats["trained"] += not report.interrupted
             self.log.info("draft.trained", method=self.method, version=self.stats["version"], idle=True,
                           **vars(report))
+            await self._tell_policy_if_ready(was_ready)
         self._apply_queued()
 
     def _apply_queued(self) -> None:

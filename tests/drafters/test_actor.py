@@ -90,11 +90,12 @@ def _cycle(offset: int, n: int = 60) -> list[int]:
     return [300 + (offset + i) % 7 for i in range(n)]
 
 
-async def _start_learned(system: ActorSystem, checkpoint, **options) -> tuple[Collector, DraftActor]:
+async def _start_learned(system: ActorSystem, checkpoint, policy: str | None = None,
+                         **options) -> tuple[Collector, DraftActor]:
     """A learned draft actor on the tiny checkpoint (1 layer, 64-token head) and a verifier stand-in."""
     verifier = Collector("verifier")
     await system.spawn(verifier)
-    actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(checkpoint),
+    actor = DraftActor("draft-learned", "learned", verifier="verifier", model=str(checkpoint), policy=policy,
                        drafter_options={"layers": 1, "vocab": 64, "max_train_s": None, **options})
     await system.spawn(actor)
     await _until(lambda: actor.drafter is not None)
@@ -134,10 +135,13 @@ async def test_a_request_arriving_cuts_idle_training_short_and_is_then_drafted_f
         assert actor.stats["trained"] == 0 and not actor.drafter.trained and actor.drafter.has_new_rollouts
 
 
-async def test_its_stats_say_whether_it_can_draft_yet(tiny_checkpoint) -> None:
-    """The policy leaves a learned drafter out until these say it has trained."""
+async def test_its_stats_say_whether_it_can_draft_yet_and_the_policy_hears_at_once(tiny_checkpoint) -> None:
+    """The policy leaves a learned drafter out until these say it has trained; the drafter sends
+    them unasked when it becomes ready, so that it joins the next plan, not the next poll's."""
     async with ActorSystem("inproc") as system:
-        verifier, actor = await _start_learned(system, tiny_checkpoint, epochs=1)
+        policy = Collector("policy")
+        await system.spawn(policy)
+        verifier, actor = await _start_learned(system, tiny_checkpoint, policy="policy", epochs=1)
 
         async def ready() -> int:
             await verifier.send("draft-learned", p.StatsRequest())
@@ -149,6 +153,8 @@ async def test_its_stats_say_whether_it_can_draft_yet(tiny_checkpoint) -> None:
         assert await ready() == 0
         await verifier.send("draft-learned", p.Rollouts(prompts=[[1, 2, 3]], outputs=[_cycle(0)], idle=True))
         await _until(lambda: actor.stats["trained"] == 1)
+        _, pushed = await asyncio.wait_for(policy.received.get(), 10)
+        assert isinstance(pushed, p.StatsReply) and pushed.values["ready"] == 1
         assert await ready() == 1
 
 
