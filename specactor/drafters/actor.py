@@ -131,7 +131,7 @@ class DraftActor(Actor):
             load = getattr(self.drafter, "load_weights", None)
             if not error and load is not None:
                 rounds = len(getattr(self.drafter, "reports", []))
-                was_ready = bool(getattr(self.drafter, "ready", True))
+                was_ready = self._can_draft()
                 self._busy = True  # the drafter is the worker thread's: Track/Untrack wait (as in a proposal)
                 try:
                     await self.run_blocking(lambda: load(weights()))
@@ -140,9 +140,7 @@ class DraftActor(Actor):
                 finally:
                     self._busy = False
                 for report in getattr(self.drafter, "reports", [])[rounds:]:  # a learned drafter retrained
-                    self.stats["trained"] += 1
-                    self.log.info("draft.trained", method=self.method, version=commit.version, idle=False,
-                                  **vars(report))
+                    self._log_trained(report, commit.version, idle=False)
             weights = None  # drop the staged chunks and the old model, then give their pages back
             await self.run_blocking(release_freed_memory)
             if not error and load is not None:
@@ -162,13 +160,21 @@ class DraftActor(Actor):
             for prompt, output in zip(batch.prompts, batch.outputs):
                 add(prompt, output)
 
+    def _can_draft(self) -> bool:
+        """The drafter exists and can propose (a learned one: it has trained)."""
+        return self.drafter is not None and bool(getattr(self.drafter, "ready", True))
+
     def _stats_reply(self) -> p.StatsReply:
-        ready = self.drafter is not None and getattr(self.drafter, "ready", True)
-        return p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states), "ready": int(ready)})
+        return p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states),
+                                                    "ready": int(self._can_draft())})
+
+    def _log_trained(self, report: Any, version: int, idle: bool) -> None:
+        self.stats["trained"] += not report.interrupted
+        self.log.info("draft.trained", method=self.method, version=version, idle=idle, **vars(report))
 
     async def _tell_policy_if_ready(self, was_ready: bool) -> None:
         """A drafter that just became ready joins the next plan, not the one after the next poll."""
-        if not was_ready and getattr(self.drafter, "ready", True) and self.policy is not None \
+        if not was_ready and self._can_draft() and self.policy is not None \
                 and self.policy in self.directory and self.policy not in self.dead_peers:
             await self.send(self.policy, self._stats_reply())
 
@@ -181,7 +187,7 @@ class DraftActor(Actor):
             return
         self._stop_training.clear()
         self._busy = True
-        was_ready = bool(getattr(self.drafter, "ready", True))
+        was_ready = self._can_draft()
         try:
             report = await self.run_blocking(train, self._stop_training.is_set)
         except Exception as exc:  # the drafter keeps its last student; the actor goes on
@@ -190,9 +196,7 @@ class DraftActor(Actor):
         finally:
             self._busy = False
         if report is not None:
-            self.stats["trained"] += not report.interrupted
-            self.log.info("draft.trained", method=self.method, version=self.stats["version"], idle=True,
-                          **vars(report))
+            self._log_trained(report, self.stats["version"], idle=True)
             await self._tell_policy_if_ready(was_ready)
         self._apply_queued()
 
