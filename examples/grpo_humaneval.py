@@ -58,7 +58,12 @@ def parse_args() -> argparse.Namespace:
                              "trains on the rollouts (between RL steps, while the verifier is idle: on a small "
                              "machine also while the autoregressive engine rolls out, so use --no-compare)")
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
-    return parser.parse_args()
+    args = parser.parse_args()
+    try:
+        args.drafters = parse_methods(args.drafters)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
 
 async def _timed(call: Awaitable[T]) -> tuple[T, float]:
@@ -75,7 +80,7 @@ async def main(args: argparse.Namespace) -> None:
     prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
                   for p in humaneval_prompts(args.prompts)]
     trainer = GRPOTrainer(folder, lr=args.lr, temperature=args.temperature)
-    config = EngineConfig(mode=args.mode, drafters=parse_methods(args.drafters), max_batch=args.prompts * args.n,
+    config = EngineConfig(mode=args.mode, drafters=args.drafters, max_batch=args.prompts * args.n,
                           max_len=max(map(len, prompt_ids)) + args.max_tokens, backend=args.backend)
     print(f"{args.prompts} HumanEval problems x {args.n} samples, {args.max_tokens} tokens max, "
           f"T={args.temperature}, mode {args.mode}, backend {args.backend}")
