@@ -1,7 +1,7 @@
 """Cost profile of the target engine: forward time by batch size and chunk length.
 
     python bench/cost_profile.py [--model smollm2-135m] [--context 128] [--repeats 5]
-    python bench/cost_profile.py --shape qwen2.5-7b --device cuda --dtype bfloat16 --out P.json
+    python bench/cost_profile.py --shape qwen2.5-7b --device cuda --dtype bfloat16 [--cuda-graphs] --out P.json
 
 A command line over :func:`specactor.policy.profiling.measure` (the engine
 measures a quick profile of its own at start-up and caches it; this one is
@@ -17,7 +17,9 @@ draft tokens); logits are computed for all B*C positions, as verification
 needs; and, for B > 1, one row feeds C tokens while the others decode. The
 weights are packed as the engine packs them. The median over ``--repeats``
 timed forwards is saved, together with the sampler's time for B*C rows at
-temperature 1.
+temperature 1. ``--cuda-graphs`` times the steps as the engine runs them on a GPU by default
+(padded to its graph buckets and replayed: :mod:`specactor.verifier.cuda_graphs`); without it,
+eager forwards. On a CPU it times the padded steps uncaptured.
 
 Output (bench/results/cost_profile.json), the format the policy's cost model
 fits:
@@ -89,6 +91,8 @@ if __name__ == "__main__":
     parser.add_argument("--chunk-lens", default="1,2,4,8,17",
                         help="new tokens a row (a verify step feeds window + 1: 17 at the default window)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="time steps padded and replayed as CUDA graphs, as the engine runs them on a GPU")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "cost_profile.json"))
     args = parser.parse_args()
     if args.shape and args.model:
@@ -104,8 +108,11 @@ if __name__ == "__main__":
     else:
         model = load_causal_lm(resolve_model(args.model), dtype=dtype, device=args.device)
     result = measure(model, [int(x) for x in args.batch_sizes.split(",")], [int(x) for x in args.chunk_lens.split(",")],
-                     args.context, args.repeats, sample=True, progress=lambda line: print(line, flush=True))
+                     args.context, args.repeats, sample=True, progress=lambda line: print(line, flush=True),
+                     cuda_graphs=args.cuda_graphs)
     result["model"] = args.shape or args.model or "smollm2-135m"
+    if args.cuda_graphs:
+        result["cuda_graphs"] = True
     if args.shape:
         result["weights"] = "random"
     accelerator = machine(args.device)

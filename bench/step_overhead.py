@@ -3,11 +3,14 @@ engine's own step, on the caller's thread and on a worker thread beside an async
 verifier actor runs it), and the step's busiest host-side operations.
 
     python bench/step_overhead.py [--shape smollm2-135m] [--device cuda] [--dtype bfloat16] [--batch 32]
+                                  [--graphs on,off]
 
 A small model on a GPU is bound by the host: every operation is a kernel launch of a few
 microseconds, so a step costs about the same at any batch and chunk length, and anything the host
 does beside the launches (Python bookkeeping, another thread holding the GIL, a synchronising
-copy) shows up whole in the step's time. Weights are random (``bench/cost_profile.py --shape``):
+copy) shows up whole in the step's time. With CUDA graphs (the engine's default on a GPU) a
+step's kernels replay with one launch; ``--graphs on,off`` measures both, and a verify step of
+4 draft tokens a row beside the decode step (what speculation costs). Weights are random (``bench/cost_profile.py --shape``):
 a step's time does not depend on their values. Prints one JSON object.
 """
 
@@ -38,9 +41,9 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def engine_with_batch(model, batch: int, device: str, temperature: float) -> Engine:
+def engine_with_batch(model, batch: int, device: str, temperature: float, graphs: bool | None = None) -> Engine:
     """An engine decoding ``batch`` requests whose contexts differ (as in a rollout), past prefill."""
-    engine = Engine(model, max_batch=batch, max_len=1024)
+    engine = Engine(model, max_batch=batch, max_len=1024, cuda_graphs=graphs)
     g = torch.Generator().manual_seed(0)
     for i in range(batch):
         prompt = torch.randint(0, model.cfg.vocab_size, (64 + 9 * i,), generator=g).tolist()
@@ -48,6 +51,12 @@ def engine_with_batch(model, batch: int, device: str, temperature: float) -> Eng
     for _ in range(3):
         engine.step()
     return engine
+
+
+def verify_step(engine: Engine, draft_len: int = 4):
+    """A step in which every row verifies ``draft_len`` draft tokens (token 0: rejected at once, so
+    every step is the same shape and the contexts still grow one token a step)."""
+    return lambda: engine.step({seq.request_id: ("probe", [0] * draft_len) for seq in engine.running})
 
 
 def timed_steps(step, device: str, n: int) -> dict[str, float]:
@@ -102,15 +111,24 @@ def profile_forward_ms(model, batch: int, device: str, repeats: int) -> float:
     return round(statistics.median(times[1:]) * 1e3, 2)
 
 
-def top_host_ops(engine: Engine, device: str, count: int = 12) -> list[dict]:
+def top_host_ops(step, device: str, count: int = 12) -> dict:
+    """One step under the profiler: its busiest host-side operations, and on a GPU the kernels'
+    own time summed (how much of the step the GPU computes) with the count of kernels run."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with profile(activities=activities) as prof:
-        engine.step()
+        step()
         sync(device)
-    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:count]
-    return [{"op": e.key, "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2)} for e in rows]
+    events = prof.key_averages()
+    rows = sorted(events, key=lambda e: -e.self_cpu_time_total)[:count]
+    out: dict = {"host_ops": [{"op": e.key, "calls": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2)}
+                              for e in rows]}
+    if device.startswith("cuda"):
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        out["kernels"] = len(kernels)
+        out["kernel_ms"] = round(sum(getattr(e, "device_time_total", 0) for e in kernels) / 1e3, 2)
+    return out
 
 
 def main() -> None:
@@ -120,6 +138,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--graphs", default="default",
+                        help="comma-separated: on, off (CUDA graphs; on a CPU 'on' runs the padded step uncaptured) "
+                             "or default (the engine's choice: on for a GPU)")
     args = parser.parse_args()
     try:
         check_device(args.device)
@@ -131,14 +152,24 @@ def main() -> None:
     if args.device.startswith("cuda"):
         out["gpu"] = torch.cuda.get_device_name()
     out["profile_forward_ms"] = profile_forward_ms(model, args.batch, args.device, args.steps)
-    for temperature in (0.0, 1.0):
-        engine = engine_with_batch(model, args.batch, args.device, temperature)
-        out[f"T{temperature:g}_caller_thread"] = timed_steps(engine.step, args.device, args.steps)
-        out[f"T{temperature:g}_worker_thread"] = asyncio.run(on_worker_thread(engine, args.device, args.steps, None))
-        out[f"T{temperature:g}_worker_thread_chatter_1ms"] = asyncio.run(
-            on_worker_thread(engine, args.device, args.steps, 0.001))
-        print(json.dumps(out), flush=True)
-    out["top_host_ops_T1"] = top_host_ops(engine, args.device)
+    for graphs in args.graphs.split(","):
+        tag = "" if graphs == "default" else f"graphs_{graphs}_"
+        for temperature in (0.0, 1.0):
+            engine = engine_with_batch(model, args.batch, args.device, temperature,
+                                       {"on": True, "off": False, "default": None}[graphs])
+            timed_steps(engine.step, args.device, 2)  # a graph's capture happens at its first step
+            out[f"{tag}T{temperature:g}_caller_thread"] = timed_steps(engine.step, args.device, args.steps)
+            timed_steps(verify_step(engine), args.device, 2)
+            out[f"{tag}T{temperature:g}_verify4_caller_thread"] = timed_steps(verify_step(engine), args.device,
+                                                                              args.steps)
+            out[f"{tag}T{temperature:g}_worker_thread"] = asyncio.run(
+                on_worker_thread(engine, args.device, args.steps, None))
+            out[f"{tag}T{temperature:g}_worker_thread_chatter_1ms"] = asyncio.run(
+                on_worker_thread(engine, args.device, args.steps, 0.001))
+            if temperature == 1.0:
+                out[f"{tag}T1_profiled_step"] = top_host_ops(engine.step, args.device)
+                out[f"{tag}T1_profiled_verify4"] = top_host_ops(verify_step(engine), args.device)
+            print(json.dumps(out), flush=True)
     print(json.dumps(out, indent=1), flush=True)
 
 

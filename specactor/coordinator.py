@@ -303,7 +303,7 @@ class RolloutEngine:
                            "policy": "policy" if use_policy else None,
                            "learners": [f"draft-{m}" for m in cfg.active_drafters if m in LEARNING_METHODS],
                            "profile": cfg.measure_profile, "backend": cfg.backend,
-                           "share_prompts": cfg.share_prompts}
+                           "share_prompts": cfg.share_prompts, "cuda_graphs": cfg.cuda_graphs}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a
@@ -337,7 +337,7 @@ class RolloutEngine:
             return str(cfg.profile)
         threads = (await self.stats(timeout_s=10.0)).get("verifier", {}).get("threads")
         return resolve_profile(cfg.profile, resolve_model(cfg.model), dtype=cfg.dtype, device=cfg.device,
-                               threads=int(threads) if threads else None, backend=cfg.backend)
+                               threads=int(threads) if threads else None, backend=cfg.profile_backend)
 
     async def _spawn(self, name: str, cls: str, kwargs: dict[str, Any], process: bool) -> None:
         """Start an actor from its spec, in a child process or in this one: either way the

@@ -55,9 +55,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
     group.add_argument("--backend", default="torch", choices=BACKENDS,
                        help="the verifier's engine: torch (specactor's own) or vllm (vLLM verifies what specactor's "
                             "drafters propose; install it with `bash scripts/setup.sh --vllm`; see docs/verl.md)")
-    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA: tested on one H200, see README)")
+    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (CUDA: tested on an H200 and an H100, see docs/gpu.md)")
     group.add_argument("--dtype", default="float32", choices=DTYPES,
                        help="precision of the target's weights, activations and KV cache")
+    group.add_argument("--eager", action="store_true",
+                       help="on a GPU, run every step eagerly (default: decode and verify steps replay CUDA "
+                            "graphs, several times faster for a small model; prefill and racing steps are eager)")
     group.add_argument("--threads", type=positive_int, default=None,
                        help="torch threads of the verifier (default: torch's own, the physical cores, less one "
                             "for a model drafter in its own process)")
@@ -92,6 +95,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         "policy": not args.no_policy, "racing": not args.no_racing,
         "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight, "backend": args.backend,
         "share_prompts": not args.no_share_prompts,
+        "cuda_graphs": not args.eager,
     }
     if "mode" in given:
         fields["mode"] = args.mode

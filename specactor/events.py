@@ -59,9 +59,14 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
     "verify.step": (
-        "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]).",
+        "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]; graph: the "
+        "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
-         "waited_ms", "methods"),
+         "waited_ms", "methods", "graph"),
+    ),
+    "verify.graph_captured": (
+        "The verifier captured a CUDA graph for a new step shape (inside that step's step_ms).",
+        ("batch", "chunk", "capture_ms"),
     ),
     "verify.weights": (
         "The verifier applied (ok) or rejected a weight update; held: requests that waited for it.",

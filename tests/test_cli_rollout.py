@@ -172,14 +172,14 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
     except RuntimeError:
         backend = "torch"
     flags = ["--model", "m", "--threads", "3", "--dtype", "bfloat16", "--device", "cpu", "--k", "2", "--window", "5",
-             "--max-batch", "7", "--no-racing", "--no-share-prompts", "--backend", backend]
+             "--max-batch", "7", "--no-racing", "--no-share-prompts", "--eager", "--backend", backend]
     if command != "bench":
         flags += ["--mode", "coupled", "--drafters", "suffix", "--seed", "5"]
     required = {"rollout": ["--prompts", "p", "--out", "o"], "serve": ["--max-len", "300"], "bench": []}[command]
     config = _engine_config_of(command, [*required, *flags], monkeypatch)
     assert (config.model, config.verifier_threads, config.dtype, config.device, config.k, config.window,
             config.max_batch, config.racing, config.backend) == ("m", 3, "bfloat16", "cpu", 2, 5, 7, False, backend)
-    assert config.share_prompts is False
+    assert config.share_prompts is False and config.cuda_graphs is False
     if command != "bench":
         assert (config.mode, config.drafters, config.seed) == ("coupled", ["suffix"], 5)
     if command == "serve":

@@ -242,7 +242,7 @@ def ceiling_cost(engine: EngineConfig) -> CostModel:
         threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     setting = "cached" if engine.profile in (None, "auto") else engine.profile
     path = resolve_profile(setting, resolve_model(engine.model), dtype=engine.dtype, device=engine.device,
-                           threads=threads, backend=engine.backend)
+                           threads=threads, backend=engine.profile_backend)
     return CostModel.from_profile(path)
 
 

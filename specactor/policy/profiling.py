@@ -91,7 +91,8 @@ def cpu_model() -> str:
 def profile_key(model: str | os.PathLike[str], dtype: str, device: str, threads: int | None = None,
                 backend: str = "torch") -> dict[str, Any]:
     """What a cached profile must match: model folder name, dtype, device, torch threads, CPU, torch,
-    and the verifier backend when it is not our engine (vLLM's steps cost what vLLM's cost)."""
+    and the verifier backend when it is not our eager engine (vLLM's steps cost what vLLM's cost;
+    ``torch-cuda-graphs``, our engine's steps replayed as CUDA graphs, cost several times less)."""
     import torch
 
     name = Path(model).name  # a registry name or a checkpoint folder: the folder's name
@@ -174,17 +175,20 @@ def row_contexts(context: int, rows: int) -> list[int]:
 def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,
             context: int = QUICK.context, repeats: int = QUICK.repeats, *, one_row: bool = True,
             sample: bool = False, budget_s: float | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, cuda_graphs: bool = False) -> dict[str, Any]:
     """Time forwards of ``model`` (a :class:`specactor.verifier.model.CausalLM`, packed here as
     the engine packs it) over ``batch_sizes`` x ``chunk_lens`` with ``context`` tokens of KV cache
     per row; return the profile (the JSON format :class:`CostModel` reads).
 
     ``sample`` also times the sampler for every position (``sample_s``, informative only);
     ``budget_s`` stops after the batch size during which it ran out (the profile then
-    holds the batch sizes measured, and ``"partial": true``).
+    holds the batch sizes measured, and ``"partial": true``). ``cuda_graphs`` times the steps as
+    the engine replays them on a GPU (:mod:`specactor.verifier.cuda_graphs`: padded, captured at
+    the warm-up run).
     """
     import torch
 
+    from specactor.verifier.cuda_graphs import GraphedSteps
     from specactor.verifier.kv_cache import KVCache
     from specactor.verifier.sampler import SamplingBatch, sample as sample_logits
 
@@ -203,15 +207,29 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
     for t in (cache.k, cache.v):
         t[:, :, :, :longest].normal_(generator=gen)
 
+    graphs = GraphedSteps(model, cache) if cuda_graphs else None
+
+    def step(tokens: torch.Tensor, q_lens: list[int]) -> torch.Tensor:
+        shape = graphs.shape(q_lens, cache.lengths[:len(q_lens)]) if graphs is not None else None
+        if shape is None:
+            return model(tokens.to(device), q_lens, cache)
+        assert graphs is not None
+        ids, rows, at = tokens.tolist(), [], 0
+        for q in q_lens:
+            rows.append(ids[at:at + q])
+            at += q
+        return graphs.run(rows, list(range(len(ids))), shape)
+
     def timed(q_lens: list[int]) -> tuple[float, float]:
         b, fed = len(q_lens), sum(q_lens)
         times, stimes = [], []
         for r in range(repeats + 1):
-            tokens = torch.randint(0, vocab, (fed,), generator=g).to(device)
+            tokens = torch.randint(0, vocab, (fed,), generator=g)
+            tokens = tokens if graphs is not None else tokens.to(device)  # a graphed step takes host lists
             cache.lengths[:b] = row_contexts(context, b)
             _sync(device)
             t0 = time.perf_counter()
-            logits = model(tokens, q_lens, cache)
+            logits = step(tokens, q_lens)
             _sync(device)
             t1 = time.perf_counter()
             if sample:

@@ -25,6 +25,7 @@ arrive (the book is not read by the forward; the next step takes the freshest).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections import OrderedDict
@@ -33,7 +34,7 @@ from typing import Any
 from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
-from specactor.config import BACKENDS, torch_dtype
+from specactor.config import BACKENDS, GRAPHED_PROFILE, torch_dtype
 from specactor.drafters.base import DEFAULT_WINDOW, decoupled_lookahead
 from specactor.seeds import sample_seed
 from specactor.verifier.engine import Engine, Sequence
@@ -61,6 +62,7 @@ class VerifyActor(Actor):
         progress_every_s: float = 1.0,
         backend: str = "torch",
         share_prompts: bool = True,
+        cuda_graphs: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -68,6 +70,7 @@ class VerifyActor(Actor):
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.backend = backend  # torch: specactor's engine; vllm: vLLM's (specactor.vllm_backend)
         self.share_prompts = share_prompts  # a group's samples prefill their prompt once (our engine)
+        self.cuda_graphs = cuda_graphs  # on a GPU, steps replay CUDA graphs (our engine)
         if mode not in ("coupled", "decoupled", "off"):
             raise ValueError(f"mode must be coupled, decoupled or off, got {mode!r}")
         self.model_name, self.mode, self.window = model, mode, window
@@ -123,12 +126,15 @@ class VerifyActor(Actor):
             model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
             engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len,
                             eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
-                            device=self.device, share_prompts=self.share_prompts)
+                            device=self.device, share_prompts=self.share_prompts,
+                            cuda_graphs=None if self.cuda_graphs else False)
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
-                from specactor.policy.profiling import ensure_profile, grid_for
+                from specactor.policy.profiling import ensure_profile, grid_for, measure
 
+                graphed = engine.graphs is not None and engine.graphs.capture  # steps cost what a replay costs
                 ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
-                               grid=grid_for(self.window))
+                               grid=grid_for(self.window), backend=GRAPHED_PROFILE if graphed else "torch",
+                               measurer=functools.partial(measure, cuda_graphs=True) if graphed else None)
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
@@ -413,7 +419,10 @@ class VerifyActor(Actor):
                           prefill_tokens=report.prefill_tokens, drafted=report.drafted, accepted=report.accepted,
                           new_tokens=report.new_tokens, forward_ms=round(report.forward_s * 1000, 2),
                           step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2),
-                          methods=verified)
+                          methods=verified, graph="x".join(map(str, report.graph)) if report.graph else "")
+            if report.capture_s and report.graph:
+                self.log.info("verify.graph_captured", batch=report.graph[0], chunk=report.graph[1],
+                              capture_ms=round(report.capture_s * 1000, 2))
             await self._broadcast(report)
             await self._realize_running()
             if time.perf_counter() - self._last_progress >= self.progress_every_s:

@@ -26,6 +26,7 @@ import torch
 
 from specactor.protocol import FinishReason, SamplingParams, Verdict
 from specactor.requests import check_prompt, expand, normalise
+from specactor.verifier.cuda_graphs import GraphedSteps
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
 from specactor.verifier.sampler import SamplingBatch, sample
@@ -107,6 +108,8 @@ class StepReport:
     verdicts: list[Verdict] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    graph: tuple[int, int] | None = None  # (batch, chunk) of the padded step replayed; None: eager
+    capture_s: float = 0.0  # of which capturing that graph (its shape's first step)
 
 
 class _Steppable(Protocol):
@@ -148,6 +151,7 @@ class Engine(ServesToCompletion):
         device: torch.device | str | None = None,
         pack: bool = True,
         share_prompts: bool = True,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.model = model
         self.share_prompts = share_prompts  # a group's samples copy one prefilled prompt (see _admit)
@@ -162,6 +166,9 @@ class Engine(ServesToCompletion):
         self.vocab_size = model.cfg.vocab_size
         dtype = model.embed.weight.dtype
         self.cache = KVCache(model.cfg, max_batch, max_len, dtype=dtype, device=self.device)
+        # a step on a GPU is bound by launching its kernels: replay them as CUDA graphs (None: on a GPU)
+        use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.graphs = GraphedSteps(model, self.cache) if use_graphs else None
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # index = slot
         self.steps = 0
@@ -296,7 +303,6 @@ class Engine(ServesToCompletion):
                 parents.append([-1] + [q + 1 for q in tree.parents])
         q_lens = [len(r) for r in rows]
         prefill = sum(q for slot, q in enumerate(q_lens) if self.cache.lengths[slot] == 0)
-        tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
         # Logits are needed at the last prompt/decode position and at each draft node.
         logit_rows: list[int] = []
         sampling: list[tuple[float, int, float, int, int]] = []
@@ -314,13 +320,21 @@ class Engine(ServesToCompletion):
                 sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + depth))
             offset += q
         t0 = time.perf_counter()
-        logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device),
-                            parents if any(t is not None for t in trees) else None)
+        has_trees = any(t is not None for t in trees)
+        graph = self.graphs.shape(q_lens, starts) if self.graphs is not None and not has_trees else None
+        if graph is not None:
+            assert self.graphs is not None
+            logits = self.graphs.run(rows, logit_rows, graph)
+        else:
+            tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
+            logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device),
+                                parents if has_trees else None)
         t1 = time.perf_counter()
         sampled, logprobs = sample(logits, SamplingBatch.build(sampling, self.device))
         sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
         t2 = time.perf_counter()
-        report = StepReport(len(q_lens), prefill, 0, t1 - t0, t2 - t1, [])
+        captured = self.graphs.last_capture_s if graph is not None and self.graphs is not None else 0.0
+        report = StepReport(len(q_lens), prefill, 0, t1 - t0, t2 - t1, [], graph=graph, capture_s=captured)
         finished_slots = []
         i = 0
         for slot, seq in enumerate(self.running):

@@ -129,13 +129,18 @@ class SamplingBatch:
     top_p: torch.Tensor  # [R] float32, 1 = off
     seeds: torch.Tensor  # [R] int64
     positions: torch.Tensor  # [R] int64, output position t of the token
+    #: what the host already knows, so that :func:`sample` need not ask the device (each question
+    #: is a synchronisation; on a GPU they cost more than the sampling): which rows are greedy, and
+    #: whether any row truncates (top-k or top-p). None: unknown, asked of the tensors.
+    greedy_rows: tuple[bool, ...] | None = None
+    truncates: bool | None = None
 
     @classmethod
     def build(cls, rows: list[tuple[float, int, float, int, int]], device: torch.device | str = "cpu") -> "SamplingBatch":
         """rows: (temperature, top_k, top_p, seed, position) per row."""
         if not rows:
             empty = torch.empty(0)
-            return cls(empty, empty.long(), empty, empty.long(), empty.long())
+            return cls(empty, empty.long(), empty, empty.long(), empty.long(), (), False)
         t, k, p, s, pos = zip(*rows)
         return cls(
             torch.tensor(t, dtype=torch.float32, device=device),
@@ -143,6 +148,8 @@ class SamplingBatch:
             torch.tensor(p, dtype=torch.float32, device=device),
             torch.tensor(s, dtype=torch.int64, device=device),
             torch.tensor(pos, dtype=torch.int64, device=device),
+            tuple(temp <= 0 for temp in t),
+            any(top_k > 0 for top_k in k) or any(top_p < 1.0 for top_p in p),
         )
 
 
@@ -172,7 +179,8 @@ def truncation_mask(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tens
     return removed
 
 
-#: Rows sampled together; a block's [rows, vocab] temporaries stay in cache.
+#: Rows sampled together on a CPU, where a block's [rows, vocab] temporaries stay in cache. A GPU
+#: samples all rows at once: there every block is a few dozen more kernel launches.
 BLOCK_ROWS = 8
 
 
@@ -186,18 +194,23 @@ def sample(logits: torch.Tensor, params: SamplingBatch) -> tuple[torch.Tensor, t
     token_key = _token_key(vocab, logits.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    for lo in range(0, rows, BLOCK_ROWS):
-        hi = min(rows, lo + BLOCK_ROWS)
+    block = BLOCK_ROWS if logits.device.type == "cpu" else max(rows, 1)
+    for lo in range(0, rows, block):
+        hi = min(rows, lo + block)
         scores = logits[lo:hi] / temp[lo:hi, None]
         log_norm = torch.logsumexp(scores, dim=-1)
-        removed = truncation_mask(scores, params.top_k[lo:hi], params.top_p[lo:hi])
+        removed = truncation_mask(scores, params.top_k[lo:hi], params.top_p[lo:hi]) \
+            if params.truncates is not False else None
         if removed is not None:
             scores.masked_fill_(removed, float("-inf"))
         sampled = ~greedy[lo:hi]
-        if bool(sampled.any()):
+        known = params.greedy_rows[lo:hi] if params.greedy_rows is not None else None
+        some_sampled = not all(known) if known is not None else bool(sampled.any())
+        if some_sampled:
             noise = _gumbel_rows(keys[lo:hi], token_key)
-            if not bool(sampled.all()):
-                noise[~sampled] = 0.0
+            some_greedy = any(known) if known is not None else not bool(sampled.all())
+            if some_greedy:
+                noise.masked_fill_(greedy[lo:hi, None], 0.0)
             chosen = torch.argmax(scores.add_(noise), dim=-1)
         else:
             chosen = torch.argmax(scores, dim=-1)

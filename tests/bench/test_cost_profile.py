@@ -37,12 +37,15 @@ def test_a_shape_is_built_in_its_dtype_with_the_public_configs_sizes() -> None:
     assert torch.isfinite(model.layers[0].qkv.weight).all() and model.layers[0].qkv.weight.std() > 0.01
 
 
-def test_random_weights_of_a_shape_give_a_profile_the_policy_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("graphs", [[], ["--cuda-graphs"]])
+def test_random_weights_of_a_shape_give_a_profile_the_policy_loads(tmp_path: Path, graphs: list[str]) -> None:
+    """Eager forwards, or the padded steps a GPU engine replays as CUDA graphs (uncaptured here)."""
     out = tmp_path / "p.json"
     done = _run("--shape", "smollm2-135m", "--dtype", "bfloat16", "--batch-sizes", "1,2", "--chunk-lens", "1,2",
-                "--repeats", "1", "--context", "32", "--out", str(out))
+                "--repeats", "1", "--context", "32", "--out", str(out), *graphs)
     assert done.returncode == 0, done.stderr
     profile = json.loads(out.read_text())
+    assert profile.get("cuda_graphs", False) == bool(graphs)
     assert profile["model"] == "smollm2-135m" and profile["weights"] == "random"
     assert profile["dtype"] == "bfloat16" and profile["batch_sizes"] == [1, 2]
     assert CostModel.from_profile(out).verify_s(2, 2) > 0

@@ -11,13 +11,17 @@ SCRIPT = Path(__file__).parents[2] / "bench" / "step_overhead.py"
 
 
 def test_it_times_the_profile_forward_and_the_engine_step_on_both_threads() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--batch", "2", "--steps", "2"], capture_output=True,
-                          text=True, timeout=600)
+    """With and without the padded (CUDA-graph) step, which a CPU runs uncaptured."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--batch", "2", "--steps", "2", "--graphs", "on,off"],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout[done.stdout.index("{\n"):])  # the last, indented object is the whole report
     assert report["device"] == "cpu" and report["profile_forward_ms"] > 0
-    for temperature in ("T0", "T1"):
-        for where in ("caller_thread", "worker_thread", "worker_thread_chatter_1ms"):
-            timing = report[f"{temperature}_{where}"]
-            assert 0 < timing["forward_host_ms"] <= timing["step_ms"]
-    assert report["top_host_ops_T1"] and all(op["calls"] > 0 for op in report["top_host_ops_T1"])
+    for graphs in ("graphs_on_", "graphs_off_"):
+        for temperature in ("T0", "T1"):
+            for where in ("caller_thread", "verify4_caller_thread", "worker_thread", "worker_thread_chatter_1ms"):
+                timing = report[f"{graphs}{temperature}_{where}"]
+                assert 0 < timing["forward_host_ms"] <= timing["step_ms"]
+        for step in ("step", "verify4"):
+            ops = report[f"{graphs}T1_profiled_{step}"]["host_ops"]
+            assert ops and all(op["calls"] > 0 for op in ops)

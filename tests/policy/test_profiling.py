@@ -87,6 +87,31 @@ def test_a_measured_batch_holds_contexts_of_different_lengths_as_a_rollout_does(
     assert all(lengths == [16] for lengths in seen if len(lengths) == 1)
 
 
+def test_with_cuda_graphs_the_profile_times_the_padded_steps_and_is_cached_apart(model, tiny_checkpoint: Path,
+                                                                                 monkeypatch) -> None:
+    """Steps replayed as CUDA graphs are padded to a bucket and cost what a replay costs: the profile
+    of a graphed engine times those steps (on a CPU, uncaptured) and is kept under its own key."""
+    from specactor.verifier import cuda_graphs
+
+    padded: list[tuple[int, int]] = []
+    real = cuda_graphs.padded_forward
+
+    def recording(model, tokens, starts, cache, chunk, out=None):
+        padded.append((starts.shape[0], chunk))
+        return real(model, tokens, starts, cache, chunk, out=out)
+
+    monkeypatch.setattr(cuda_graphs, "padded_forward", recording)
+    profile = measure(model, (1, 3), (1, 4), context=16, repeats=1, cuda_graphs=True)
+    assert profile["batch_sizes"] == [1, 3] and all(t > 0 for row in profile["forward_s"] for t in row)
+    assert {(1, 1), (1, 5), (3, 1), (3, 5)} <= set(padded)  # chunk 4 padded to 5; batch 3 is the largest
+    assert EngineConfig(device="cpu").profile_backend == "torch"
+    assert EngineConfig(device="cuda", cuda_graphs=False).profile_backend == "torch"
+    graphed = EngineConfig(device="cuda").profile_backend
+    assert graphed == "torch-cuda-graphs"
+    assert profile_path(profile_key(tiny_checkpoint, "float32", "cuda", 1, graphed)) != \
+        profile_path(profile_key(tiny_checkpoint, "float32", "cuda", 1))
+
+
 def test_the_first_call_measures_and_caches_then_the_cache_is_used(model, tiny_checkpoint: Path, cache: Path,
                                                                    events_file, monkeypatch) -> None:
     announced: list[str] = []

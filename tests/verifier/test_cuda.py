@@ -167,3 +167,64 @@ def test_the_learned_drafter_drafts_on_the_gpu_what_it_drafts_on_the_cpu(tempera
     assert all(len(d) == 4 for d in drafts["cuda"])
     if temperature == 0.0:
         assert drafts["cuda"] == [cycle[i + 20:i + 24] for i in range(3)]
+
+
+def _serve(engine: Engine, prompts, params, seeds, drafts: dict[str, list[int]] | None = None) -> list[Sequence]:
+    """Serve on ``engine``; with ``drafts``, every step proposes the next 4 tokens of a reference."""
+    seqs = [Sequence(f"r{i}", p, params, seed=s) for i, (p, s) in enumerate(zip(prompts, seeds))]
+    for seq in seqs:
+        engine.add(seq)
+    while engine.has_work:
+        given = {} if drafts is None else {
+            s.request_id: ("perfect", drafts[s.request_id][len(s.output_ids):len(s.output_ids) + 4])
+            for s in engine.running if s.output_ids}
+        engine.step(given)
+    return seqs
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cuda_graphs_give_the_eager_steps_tokens_on_the_gpu(models, temperature) -> None:
+    """Graphs are on by default on a GPU; decode and verify steps replay them, float32 tokens are
+    the eager engine's, and a second run replays the graphs the first captured."""
+    _, gpu = models
+    prompts, seeds = _prompts([5, 11, 3, 8, 2], seed=4), [1, 2, 3, 4, 5]
+    params = SamplingParams(temperature=temperature, max_tokens=40)
+    eager = _serve(Engine(gpu, max_batch=5, max_len=128, cuda_graphs=False), prompts, params, seeds)
+    engine = Engine(gpu, max_batch=5, max_len=128)
+    assert engine.graphs is not None and engine.graphs.capture
+    graphed = _serve(engine, prompts, params, seeds)
+    assert [s.output_ids for s in graphed] == [s.output_ids for s in eager]
+    for a, b in zip(eager, graphed):
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+    captured, replays = len(engine.graphs.graphs), engine.graphs.replays
+    assert replays > 30
+    drafted = _serve(engine, prompts, params, seeds, {s.request_id: s.output_ids for s in eager})
+    assert [s.output_ids for s in drafted] == [s.output_ids for s in eager]
+    assert sum(s.accepted for s in drafted) > 0 and len(engine.graphs.graphs) > captured  # verify chunks graphed
+
+
+def test_cuda_graphs_follow_a_weight_update_on_the_gpu() -> None:
+    """Weights load in place, so graphs captured before an update compute with the new weights."""
+    model = ours_from_hf(tiny_hf_model("llama", seed=7, vocab=VOCAB)).to("cuda")
+    prompts, seeds = _prompts([6, 9], seed=5), [1, 2]
+    params = SamplingParams(temperature=1.0, max_tokens=24)
+    engine = Engine(model, max_batch=2, max_len=64)
+    before = _serve(engine, prompts, params, seeds)
+    new = tiny_hf_model("llama", seed=8, vocab=VOCAB).state_dict()
+    model.load_hf_state_dict({k: v.to("cuda") for k, v in new.items()})
+    after = _serve(engine, prompts, params, seeds)
+    fresh = ours_from_hf(tiny_hf_model("llama", seed=8, vocab=VOCAB)).to("cuda")
+    reference = _serve(Engine(fresh, max_batch=2, max_len=64, cuda_graphs=False), prompts, params, seeds)
+    assert [s.output_ids for s in after] == [s.output_ids for s in reference]
+    assert [s.output_ids for s in after] != [s.output_ids for s in before]
+
+
+def test_a_graphs_first_step_captures_it_and_later_ones_replay_on_the_gpu(models) -> None:
+    _, gpu = models
+    engine = Engine(gpu, max_batch=2, max_len=64)
+    for i, prompt in enumerate(_prompts([4, 6], seed=9)):
+        engine.add(Sequence(f"r{i}", prompt, SamplingParams(temperature=1.0, max_tokens=6), seed=i))
+    reports = [engine.step() for _ in range(4)]
+    assert [r.graph for r in reports] == [(2, 9), (2, 1), (2, 1), (2, 1)]  # the prefill of 4 and 6 tokens: chunk 9
+    assert reports[0].capture_s > 0 and reports[1].capture_s > 0
+    assert reports[2].capture_s == reports[3].capture_s == 0.0

@@ -144,3 +144,29 @@ def test_the_largest_uniform_gives_finite_noise_and_does_not_pick_the_token() ->
             params = SamplingBatch.build([(1.0, top_k, 1.0, seed, 0)])
             picked, logprob = sample(logits, params)
             assert int(picked) != token and bool(torch.isfinite(logprob).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([0.0, 0.7, 1.0]), st.sampled_from([0, 3]),
+                               st.sampled_from([1.0, 0.8]), st.integers(0, 2**62), st.integers(0, 4096)),
+                     min_size=1, max_size=20),
+       block=st.sampled_from([8, 3, 64]))
+def test_what_the_host_knows_changes_no_sample(rows, block) -> None:
+    """The batch's host-side flags (which rows are greedy, whether any truncates) spare the device
+    its questions; blocks of any size (a GPU samples all rows as one): the same tokens and
+    log-probs as asking the tensors."""
+    import dataclasses
+
+    from specactor.verifier import sampler
+
+    logits = torch.randn(len(rows), 300, generator=torch.Generator().manual_seed(len(rows)))
+    informed = SamplingBatch.build(rows)
+    blind = dataclasses.replace(informed, greedy_rows=None, truncates=None)
+    want = sample(logits, blind)
+    saved = sampler.BLOCK_ROWS
+    sampler.BLOCK_ROWS = block
+    try:
+        got = sample(logits, informed)
+    finally:
+        sampler.BLOCK_ROWS = saved
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
