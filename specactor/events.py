@@ -68,6 +68,10 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "The verifier captured a CUDA graph for a new step shape (inside that step's step_ms).",
         ("batch", "chunk", "capture_ms"),
     ),
+    "verify.graphs_captured": (
+        "The verifier captured the CUDA graphs of every step shape before serving (on a GPU).",
+        ("shapes", "seconds"),
+    ),
     "verify.weights": (
         "The verifier applied (ok) or rejected a weight update; held: requests that waited for it.",
         ("version", "update_id", "ok", "error", "held"),

@@ -135,6 +135,11 @@ class VerifyActor(Actor):
                 ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
                                grid=grid_for(self.window), backend=GRAPHED_PROFILE if graphed else "torch",
                                measurer=functools.partial(measure, cuda_graphs=True) if graphed else None)
+            if engine.graphs is not None and engine.graphs.capture:  # every shape now, none mid-rollout
+                started = time.perf_counter()
+                shapes = engine.graphs.capture_all()
+                self.log.info("verify.graphs_captured", shapes=shapes,
+                              seconds=round(time.perf_counter() - started, 3))
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 

@@ -13,7 +13,8 @@ past its row's valid length, or into a free slot, where nothing reads before a r
 overwrites them. Steps a graph cannot take run eagerly as before: prefill chunks longer than the
 largest ``Q``, token trees (racing), a row whose padded chunk would pass the cache's end.
 
-A graph is captured the first time its ``(B, Q)`` is met, and all share one memory pool. Weight
+The verifier captures every ``(B, Q)`` before it serves (:meth:`GraphedSteps.capture_all`); an
+engine used directly captures a shape the first time it is met. All share one memory pool. Weight
 updates copy into the same tensors (``CausalLM.load_hf_state_dict``), so graphs stay valid
 through them. On a CPU the same padded step runs without capture (``capture=False``): that is how
 the tests check it against the eager step.
@@ -145,6 +146,20 @@ class GraphedSteps:
         index = torch.tensor([padded_index[i] for i in logit_rows], dtype=torch.int64).to(self.device,
                                                                                            non_blocking=True)
         return logits.index_select(0, index)
+
+    def capture_all(self) -> int:
+        """Capture every shape's graph now, so that none is captured inside a rollout (warm-up
+        plus capture cost about two eager steps each; a rollout of a few seconds meets dozens of
+        shapes). Before serving only: the captures write keys and values into slots 0..B-1.
+        Returns how many shapes it took (on a CPU it runs each padded step once, uncaptured)."""
+        if self.model._cos is not self._rope_table:
+            self.graphs, self._rope_table = {}, self.model._cos
+        for b in self.batches:
+            for q in self.chunks:
+                if b * q <= self.max_tokens and (b, q) not in self.graphs:
+                    self.graphs[(b, q)] = graph = _Graph(b, q, self.device)  # token 0 at position 0..q-1
+                    self._replay(graph)
+        return len(self.graphs)
 
     def _forward(self, graph: _Graph) -> torch.Tensor:
         n = graph.batch * graph.chunk

@@ -193,6 +193,9 @@ def test_cuda_graphs_give_the_eager_steps_tokens_on_the_gpu(models, temperature)
     engine = Engine(gpu, max_batch=5, max_len=128)
     assert engine.graphs is not None and engine.graphs.capture
     graphed = _serve(engine, prompts, params, seeds)
+    ready = Engine(gpu, max_batch=5, max_len=128)  # every shape captured before serving, as the verifier does
+    assert ready.graphs is not None and ready.graphs.capture_all() == 4 * 6
+    assert [s.output_ids for s in _serve(ready, prompts, params, seeds)] == [s.output_ids for s in eager]
     assert [s.output_ids for s in graphed] == [s.output_ids for s in eager]
     for a, b in zip(eager, graphed):
         assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)

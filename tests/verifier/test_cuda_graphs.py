@@ -154,3 +154,19 @@ def test_graphs_are_dropped_when_the_rope_table_grows(model) -> None:
     model._rope(torch.zeros(1, dtype=torch.long), model._rope_len + 1)  # grows it
     logits = graphs.run([[3]], [0], (1, 1))
     assert list(graphs.graphs) == [(1, 1)] and torch.isfinite(logits).all()
+
+
+def test_capturing_every_shape_before_serving_leaves_the_tokens_alone(model) -> None:
+    """capture_all takes each shape once, writing junk into the then-free slots; requests admitted
+    afterwards prefill over it, so the tokens are the eager engine's."""
+    prompts = _prompts(5, seed=11)
+    plain, _ = _generate(model, prompts, False, 1.0)
+    engine = Engine(model, max_batch=5, max_len=128, cuda_graphs=True)
+    assert engine.graphs is not None
+    shapes = engine.graphs.capture_all()
+    assert shapes == len(engine.graphs.batches) * len(engine.graphs.chunks) == 4 * 6  # batches 1, 2, 4, 5
+    assert engine.graphs.eager_steps == shapes  # a CPU runs each padded step once, uncaptured
+    seqs = [Sequence(f"r{i}", p, SamplingParams(temperature=1.0, max_tokens=30), seed=i) for i, p in enumerate(prompts)]
+    engine.run(seqs)
+    assert [s.output_ids for s in seqs] == [s.output_ids for s in plain]
+    assert len(engine.graphs.graphs) == shapes  # no new shape met
