@@ -6,9 +6,9 @@
 # STAGES (comma-separated, default all of them in this order):
 #   tests     the CUDA tests and the losslessness properties on the GPU (tiny random models)
 #   rollout   the end-to-end CUDA test (needs the default model installed)
-#   step      where an engine step's time goes (bench/step_overhead.py), bf16 and fp32
-#   profiles  cost profiles of real shapes with random weights (135M, 7B, 32B; bf16)
-#   bench     the long-tail bench, bf16, autoregressive vs specactor (needs the default model)
+#   step      where an engine step's time goes (bench/step_overhead.py), bf16 and fp32, CUDA graphs on and off
+#   profiles  cost profiles of real shapes with random weights (135M, 7B, 32B; bf16), eager and CUDA graphs
+#   bench     the long-tail bench, bf16, autoregressive vs specactor, graphs and eager (needs the default model)
 #   identity  token identity by batch size and mode, fp32 and bf16 (needs the default model)
 #
 # The first time this ran (an H200, bench/RESULTS.md "specactor on a GPU"), tests + profiles took
@@ -41,22 +41,27 @@ if want step; then
   for spec in "bfloat16 32" "bfloat16 4" "float32 32"; do
     set -- $spec
     stage "step overhead $1 batch $2"
-    timeout 60 $PY bench/step_overhead.py --device cuda --dtype "$1" --batch "$2" --steps 20 \
+    timeout 90 $PY bench/step_overhead.py --device cuda --dtype "$1" --batch "$2" --steps 20 --graphs on,off \
       > "$OUT/step_$1_b$2.json" 2>> "$LOG"
   done
 fi
 if want profiles; then
   for shape in qwen2.5-7b smollm2-135m qwen2.5-32b; do
     stage "cost profile $shape bf16"
-    timeout 90 $PY bench/cost_profile.py --shape "$shape" --dtype bfloat16 --device cuda --context 512 \
-      --batch-sizes 1,2,4,8,16,32,64 --chunk-lens 1,2,4,8,9,16,17 --repeats 5 \
-      --out "$OUT/profile_${shape}_bfloat16.json" >> "$LOG" 2>&1
+    for graphs in "" "--cuda-graphs"; do
+      timeout 90 $PY bench/cost_profile.py --shape "$shape" --dtype bfloat16 --device cuda --context 512 \
+        --batch-sizes 1,2,4,8,16,32,64 --chunk-lens 1,2,4,8,9,16,17 --repeats 5 $graphs \
+        --out "$OUT/profile_${shape}_bfloat16${graphs:+_graphs}.json" >> "$LOG" 2>&1
+    done
   done
 fi
 if want bench; then
   stage "long-tail bench, bf16"
   timeout 420 $PY -m specactor.cli bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
     --repeats 2 --out "$OUT/suite" >> "$LOG" 2>&1
+  stage "long-tail bench, bf16, eager (no CUDA graphs)"
+  timeout 300 $PY -m specactor.cli bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
+    --repeats 1 --eager --out "$OUT/suite_eager" >> "$LOG" 2>&1
 fi
 if want identity; then
   for dtype in float32 bfloat16; do
