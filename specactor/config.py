@@ -163,9 +163,12 @@ class EngineConfig:
         """Active drafters that compute on the verifier's own hardware, so that their time adds to
         a step's instead of hiding beside it (the policy prices them so: ``CostModel.shared_methods``):
         a model drafter on the verifier's GPU, or on the CPU unless the thread split gives it cores
-        of its own (the ``model`` drafter in its own process). The cheap drafters run on spare CPU
-        cores beside a GPU, and cost microseconds on a CPU."""
-        own_cores = self.device == "cpu" and self.verifier_thread_count is not None and self.processes
+        of its own (the ``model`` drafter in its own process, its threads and the verifier's within
+        the machine's cores; a user's ``verifier_threads`` may take them all). The cheap drafters
+        run on spare CPU cores beside a GPU, and cost microseconds on a CPU."""
+        threads = self.verifier_thread_count
+        own_cores = self.device == "cpu" and self.processes and threads is not None \
+            and threads + self.drafter_threads <= (os.cpu_count() or 1)
         return [m for m in self.active_drafters if m in MODEL_METHODS and not (own_cores and m == "model")]
 
     @property

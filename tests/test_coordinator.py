@@ -258,14 +258,20 @@ async def test_a_group_prefills_its_prompt_once_unless_told_not_to(tiny_checkpoi
     assert fed == sum(map(len, prompts)) * (1 if share else SAMPLES)
 
 
-def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such() -> None:
+def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such(monkeypatch) -> None:
     """The policy adds the drafting time of a drafter that computes on the verifier's own
     hardware to the step's: a model drafter on the verifier's GPU, or on the CPU unless the thread
     split gives it cores of its own; never the cheap drafters."""
     from specactor.policy.actor import PolicyActor
 
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
     every = ["ngram", "suffix", "model", "learned"]
     assert EngineConfig(drafters=every, device="cpu").drafters_on_verifier == ["learned"]  # model: own cores
+    # the user's thread split: 3 + the drafter's 1 fit in 4 cores; 4 + 1 do not, so it shares them
+    assert EngineConfig(drafters=every, device="cpu", verifier_threads=3).drafters_on_verifier == ["learned"]
+    assert EngineConfig(drafters=every, device="cpu", verifier_threads=4).drafters_on_verifier == ["model", "learned"]
+    assert EngineConfig(drafters=every, device="cpu", verifier_threads=2,
+                        drafter_threads=3).drafters_on_verifier == ["model", "learned"]
     assert EngineConfig(drafters=every, device="cpu", processes=False).drafters_on_verifier == ["model", "learned"]
     assert EngineConfig(drafters=["ngram", "suffix"]).drafters_on_verifier == []
     assert EngineConfig(drafters=every, mode="autoregressive").drafters_on_verifier == []
