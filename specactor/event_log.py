@@ -101,6 +101,19 @@ class Summary:
     policy: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)
     by_batch: dict[int, BatchSteps] = field(default_factory=dict)  # verify steps by batch size
+    graphs: "GraphSteps | None" = None  # the steps replayed as CUDA graphs, if any were
+
+
+@dataclass
+class GraphSteps:
+    """Steps replayed as CUDA graphs (a GPU). Their forward_ms is the replay's launch only (the GPU
+    runs on while the host samples), so their cost is their step_ms."""
+
+    step_ms: list[float] = field(default_factory=list)
+    captured_mid_run: int = 0  # shapes captured inside a step
+    capture_mid_run_s: float = 0.0
+    captured_before: int = 0  # shapes captured before serving
+    capture_before_s: float = 0.0
 
 
 def summarize(events: list[dict[str, Any]]) -> Summary:
@@ -110,6 +123,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     policy: Counter = Counter()
     reasons: Counter = Counter()
     by_batch: dict[int, BatchSteps] = defaultdict(BatchSteps)
+    graphs = GraphSteps()
     finished = [e for e in events if e["event"] == "request.finished"]
     steps = [e for e in events if e["event"] in ("verify.step", "engine.step")]
     for e in events:
@@ -125,11 +139,19 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             at.forward_ms.append(float(e.get("forward_ms", e.get("step_ms", 0))))
             at.drafted += int(e.get("drafted", 0))
             at.committed += int(e.get("new_tokens", 0))
+            if e.get("graph"):
+                graphs.step_ms.append(float(e.get("step_ms", 0)))
             for method, counts in (e.get("methods") or {}).items():
                 m = methods[method]
                 m.drafted += int(counts[0])
                 m.accepted += int(counts[1])
                 m.verified += int(counts[2]) if len(counts) > 2 else 1
+        elif name == "verify.graph_captured":
+            graphs.captured_mid_run += 1
+            graphs.capture_mid_run_s += float(e.get("capture_ms", 0)) / 1000
+        elif name == "verify.graphs_captured":
+            graphs.captured_before += int(e.get("shapes", 0))
+            graphs.capture_before_s += float(e.get("seconds", 0))
         elif name == "engine.step":  # logs written before every mode ran through the verifier actor
             busy[e.get("actor", "engine")] += (float(e.get("forward_ms", 0)) + float(e.get("sample_ms", 0))) / 1000
         elif name == "policy.assign":
@@ -147,8 +169,9 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         tail = sum(int(e.get("new_tokens", 0)) for e in steps if e["ts"] > cut)
         head_rate = head / max(cut - start, 1e-9)
         tail_rate = tail / max(tail_s, 1e-9) if tail_s else 0.0
+    used = graphs.step_ms or graphs.captured_before or graphs.captured_mid_run
     return Summary(end - start, len(finished), tokens, dict(methods), dict(busy), tail_s, tail_rate, head_rate,
-                   policy, reasons, dict(sorted(by_batch.items())))
+                   policy, reasons, dict(sorted(by_batch.items())), graphs if used else None)
 
 
 def format_summary(s: Summary) -> str:
@@ -174,6 +197,13 @@ def format_summary(s: Summary) -> str:
         for batch, at in s.by_batch.items():  # batch 0: a first step, counted before its prompts joined
             lines.append(f"| {batch} | {at.steps} | {at.median_forward_ms:.1f} ms | {at.drafted / at.steps:.2f} | "
                          f"{at.committed / at.steps:.2f} |")
+    if s.graphs is not None:
+        g, steps = s.graphs, sum(at.steps for at in s.by_batch.values())
+        median = f", median step {statistics.median(g.step_ms):.1f} ms" if g.step_ms else ""
+        lines += ["", f"CUDA graphs: {len(g.step_ms)} of {steps} verify steps replayed{median} (their forward is "
+                      f"the replay's launch only); {g.captured_before} shapes captured before serving in "
+                      f"{g.capture_before_s:.2f} s, {g.captured_mid_run} during the run in "
+                      f"{g.capture_mid_run_s:.2f} s"]
     lines += ["", f"tail (after 90% of requests finished): {s.tail_s:.2f} s, "
                   f"{s.tail_tokens_per_s:.1f} tokens/s against {s.head_tokens_per_s:.1f} before"]
     if s.policy:

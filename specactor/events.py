@@ -60,7 +60,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
     "verify.step": (
         "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]; graph: the "
-        "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly).",
+        "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly; a replayed "
+        "step's forward_ms is its launch only, its step_ms what it cost).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
          "waited_ms", "methods", "graph"),
     ),

@@ -80,6 +80,25 @@ def test_steps_by_batch_size_give_the_median_forward_and_per_step_tokens() -> No
     assert "| 4 | 3 | 44.0 ms | 2.67 | 6.00 |" in text and "| 2 | 2 | 32.0 ms | 3.00 | 5.00 |" in text
 
 
+def test_steps_replayed_as_cuda_graphs_are_counted_by_their_step_time() -> None:
+    """A graphed step's forward_ms is its launch only: the summary counts replayed steps, their
+    median step time and the captures, and says nothing of graphs where none ran (a CPU)."""
+    def step(ts: float, graph: str, step_ms: float) -> dict:
+        return {"event": "verify.step", "ts": ts, "batch_size": 4, "forward_ms": 0.1 if graph else step_ms,
+                "step_ms": step_ms, "drafted": 0, "new_tokens": 4, "methods": {}, "graph": graph}
+
+    events = [{"event": "verify.graphs_captured", "ts": 0.0, "shapes": 42, "seconds": 1.5},
+              step(1, "4x1", 6.0), step(2, "", 20.0), step(3, "4x1", 7.0), step(4, "4x5", 9.0),
+              {"event": "verify.graph_captured", "ts": 4.5, "batch": 4, "chunk": 5, "capture_ms": 40.0}]
+    summary = summarize(events)
+    assert summary.graphs is not None and summary.graphs.step_ms == [6.0, 7.0, 9.0]
+    text = format_summary(summary)
+    assert "CUDA graphs: 3 of 4 verify steps replayed, median step 7.0 ms" in text
+    assert "42 shapes captured before serving in 1.50 s, 1 during the run in 0.04 s" in text
+    eager = summarize([step(1, "", 20.0), step(2, "", 21.0)])
+    assert eager.graphs is None and "CUDA graphs" not in format_summary(eager)
+
+
 def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
     path, _ = run_log
     out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path)],
