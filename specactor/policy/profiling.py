@@ -214,11 +214,7 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
         if shape is None:
             return model(tokens.to(device), q_lens, cache)
         assert graphs is not None
-        ids, rows, at = tokens.tolist(), [], 0
-        for q in q_lens:
-            rows.append(ids[at:at + q])
-            at += q
-        return graphs.run(rows, list(range(len(ids))), shape)
+        return graphs.run([row.tolist() for row in tokens.split(q_lens)], list(range(len(tokens))), shape)
 
     def timed(q_lens: list[int]) -> tuple[float, float]:
         b, fed = len(q_lens), sum(q_lens)

@@ -128,14 +128,15 @@ class VerifyActor(Actor):
                             eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
                             device=self.device, share_prompts=self.share_prompts,
                             cuda_graphs=None if self.cuda_graphs else False)
+            graphed = engine.graphs is not None and engine.graphs.capture  # on a GPU: steps replay CUDA graphs
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
                 from specactor.policy.profiling import ensure_profile, grid_for, measure
 
-                graphed = engine.graphs is not None and engine.graphs.capture  # steps cost what a replay costs
                 ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
                                grid=grid_for(self.window), backend=GRAPHED_PROFILE if graphed else "torch",
                                measurer=functools.partial(measure, cuda_graphs=True) if graphed else None)
-            if engine.graphs is not None and engine.graphs.capture:  # every shape now, none mid-rollout
+            if graphed:  # every shape now, none mid-rollout
+                assert engine.graphs is not None
                 started = time.perf_counter()
                 shapes = engine.graphs.capture_all()
                 self.log.info("verify.graphs_captured", shapes=shapes,

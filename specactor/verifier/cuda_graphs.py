@@ -132,10 +132,7 @@ class GraphedSteps:
             padded_index.extend(range(r * q, r * q + len(toks)))
         flat.extend([0] * (q * (b - len(rows))))
         host = torch.tensor(flat + starts + [0] * (b - len(rows)), dtype=torch.int64)
-        if self.model._cos is not self._rope_table:
-            # the RoPE table grew (something ran the model on longer positions than this cache's):
-            # graphs captured on the old one would read freed memory, so they are captured again
-            self.graphs, self._rope_table = {}, self.model._cos
+        self._drop_stale_graphs()
         graph = self.graphs.get(shape)
         if graph is None:
             graph = self.graphs[shape] = _Graph(b, q, self.device)
@@ -152,14 +149,19 @@ class GraphedSteps:
         plus capture cost about two eager steps each; a rollout of a few seconds meets dozens of
         shapes). Before serving only: the captures write keys and values into slots 0..B-1.
         Returns how many shapes it took (on a CPU it runs each padded step once, uncaptured)."""
-        if self.model._cos is not self._rope_table:
-            self.graphs, self._rope_table = {}, self.model._cos
+        self._drop_stale_graphs()
         for b in self.batches:
             for q in self.chunks:
                 if b * q <= self.max_tokens and (b, q) not in self.graphs:
                     self.graphs[(b, q)] = graph = _Graph(b, q, self.device)  # token 0 at position 0..q-1
                     self._replay(graph)
         return len(self.graphs)
+
+    def _drop_stale_graphs(self) -> None:
+        """The RoPE table grew (something ran the model on longer positions than this cache's):
+        graphs captured on the old one would read freed memory, so they are captured again."""
+        if self.model._cos is not self._rope_table:
+            self.graphs, self._rope_table = {}, self.model._cos
 
     def _forward(self, graph: _Graph) -> torch.Tensor:
         n = graph.batch * graph.chunk
