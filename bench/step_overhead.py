@@ -36,6 +36,10 @@ from specactor.verifier.engine import Engine, Sequence  # noqa: E402
 from specactor.verifier.kv_cache import KVCache  # noqa: E402
 
 
+#: --graphs: the engine's cuda_graphs argument for each setting (default: on for a GPU)
+GRAPH_SETTINGS = {"on": True, "off": False, "default": None}
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -146,6 +150,9 @@ def main() -> None:
         check_device(args.device)
     except ValueError as exc:
         parser.error(str(exc))
+    unknown = [g for g in args.graphs.split(",") if g not in GRAPH_SETTINGS]
+    if unknown:
+        parser.error(f"--graphs {','.join(unknown)}: choose from {', '.join(GRAPH_SETTINGS)}")
     model = random_model(args.shape, torch_dtype(args.dtype), args.device)
     out: dict = {"shape": args.shape, "device": args.device, "dtype": args.dtype, "batch": args.batch,
                  "torch": torch.__version__, "threads": torch.get_num_threads()}
@@ -155,8 +162,7 @@ def main() -> None:
     for graphs in args.graphs.split(","):
         tag = "" if graphs == "default" else f"graphs_{graphs}_"
         for temperature in (0.0, 1.0):
-            engine = engine_with_batch(model, args.batch, args.device, temperature,
-                                       {"on": True, "off": False, "default": None}[graphs])
+            engine = engine_with_batch(model, args.batch, args.device, temperature, GRAPH_SETTINGS[graphs])
             timed_steps(engine.step, args.device, 2)  # a graph's capture happens at its first step
             out[f"{tag}T{temperature:g}_caller_thread"] = timed_steps(engine.step, args.device, args.steps)
             timed_steps(verify_step(engine), args.device, 2)

@@ -25,3 +25,9 @@ def test_it_times_the_profile_forward_and_the_engine_step_on_both_threads() -> N
         for step in ("step", "verify4"):
             ops = report[f"{graphs}T1_profiled_{step}"]["host_ops"]
             assert ops and all(op["calls"] > 0 for op in ops)
+
+
+def test_an_unknown_graphs_setting_is_named() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--graphs", "on,sometimes"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "--graphs sometimes: choose from on, off, default" in done.stderr
