@@ -60,8 +60,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
     "verify.step": (
         "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]; graph: the "
-        "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly; a replayed "
-        "step's forward_ms is its launch only, its step_ms what it cost).",
+        "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly; forward_ms: "
+        "the forward as the device ran it, on a GPU timed by CUDA events; step_ms: the whole step).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
          "waited_ms", "methods", "graph"),
     ),
@@ -98,6 +98,11 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("request_id", "step", "methods", "window", "mode", "reason"),
     ),
     "policy.default": ("The policy's choice for requests yet to arrive.", ("methods", "window", "reason")),
+    "policy.plan_gap": (
+        "The policy now plans every this many verify steps (at least its plan_every), so that planning takes at "
+        "most a quarter of the time between plans: a plan's running time and a step's, in milliseconds.",
+        ("steps", "plan_ms", "step_ms", "batch"),
+    ),
     "policy.profile": (
         "The cost profile the policy decides on: this machine's, measured now (seconds it took) or cached, "
         "or 'packaged' (no profile for this machine: the packaged one, corrected online).",

@@ -8,10 +8,17 @@ maximise predicted tokens per second, or no speculation where none pays.
 Only changes are sent, all of one step in one AssignmentBatch, each one an
 event with its reason. The verifier applies them between steps and tells the
 drafters to Track or Untrack.
+
+It plans every ``plan_every`` steps, and never so often that planning takes
+more than ``PLAN_SHARE`` of the time between plans: a plan's cost grows with
+the batch (tens of milliseconds at batch 256), a GPU step can be a few
+milliseconds, and the cheap drafters share the policy's event loop.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from specactor import protocol as p
@@ -20,6 +27,11 @@ from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.drafters.registry import LEARNING_METHODS
 from specactor.policy.bandit import Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
+
+#: the most of the wall time between two plans that planning may take
+PLAN_SHARE = 0.25
+#: weight of the newest plan (or step) in the running estimate of a plan's (a step's) seconds
+TIMING_WEIGHT = 0.3
 
 
 class PolicyActor(Actor):
@@ -45,6 +57,10 @@ class PolicyActor(Actor):
         self.stats_every = stats_every
         self.plan_every = plan_every  # planning costs ~0.2 ms a request: not every step
         self._dormant = False  # the last plan had every request off
+        self.plan_s = 0.0  # a plan's seconds, running estimate
+        self.step_s = 0.0  # a verify step's seconds, running estimate
+        self.plan_gap = 1  # fewest steps between plans for planning to stay within PLAN_SHARE
+        self._since_plan = 0
         self._drafter_totals: dict[str, dict[str, float]] = {}
         self.counters = {"steps": 0, "assignments": 0, "switches": 0, "off": 0, "racing": 0}
 
@@ -96,6 +112,8 @@ class PolicyActor(Actor):
             prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's
         if batch.step_ns and batch.batch_size and not prefill:
             self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9, rows=rows)
+        if batch.step_ns:
+            self.step_s += (TIMING_WEIGHT if self.step_s else 1.0) * (batch.step_ns / 1e9 - self.step_s)
         for v in batch.verdicts:
             if v.finished:
                 fon.remove_request(v.request_id)
@@ -109,8 +127,9 @@ class PolicyActor(Actor):
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
                     await self.send(f"draft-{method}", p.StatsRequest())
-        every = self.plan_every * slow
-        if new or self.fon.replan_soon or self.counters["steps"] % every == 0:
+        self._since_plan += 1
+        every = max(self.plan_every * slow, self.plan_gap)
+        if new or (self.fon.replan_soon and self._since_plan >= self.plan_gap) or self.counters["steps"] % every == 0:
             await self._replan(batch.batch_size, batch.step)
 
     def _on_drafter_stats(self, reply: p.StatsReply) -> None:
@@ -139,7 +158,9 @@ class PolicyActor(Actor):
     # ------------------------------------------------------------------ deciding
 
     async def _replan(self, batch: int, step: int) -> None:
+        started = time.perf_counter()
         plan = self.fon.plan(max(batch, 1), step=step)
+        self._timed_plan(time.perf_counter() - started, batch)
         changes = []
         for rid, choice in plan.items():
             old = self.current.get(rid)
@@ -163,6 +184,16 @@ class PolicyActor(Actor):
             await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
         if step % self.stats_every == 0:
             await self._send_default(batch)
+
+    def _timed_plan(self, seconds: float, batch: int) -> None:
+        """Space the plans so that planning takes at most PLAN_SHARE of the time between them."""
+        self._since_plan = 0
+        self.plan_s += (TIMING_WEIGHT if self.plan_s else 1.0) * (seconds - self.plan_s)
+        gap = max(1, math.ceil(self.plan_s / (PLAN_SHARE * self.step_s))) if self.step_s > 0 else 1
+        if max(gap, self.plan_every) != max(self.plan_gap, self.plan_every):  # the plans' spacing changes
+            self.log.info("policy.plan_gap", steps=gap, plan_ms=round(1e3 * self.plan_s, 2),
+                          step_ms=round(1e3 * self.step_s, 2), batch=batch)
+        self.plan_gap = gap
 
     async def _send_default(self, batch: int) -> None:
         """The cold-start choice for requests yet to arrive: the best method so far."""
