@@ -152,6 +152,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="longest draft (default %(default)s)")
     parser.add_argument("--plan-every", type=int, default=4, help="steps between plans (live: 4)")
     parser.add_argument("--lag", type=int, default=2, help="steps before a plan takes effect (live: about 2)")
+    parser.add_argument("--reported", type=float, default=1.0,
+                        help="the share of a step's time the policy is told: 1 = the truth (default); ~0.1 "
+                             "replays a GPU whose steps were timed by the host's clock, their launch only")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a Fastest-of-N setting, e.g. caution=2 (repeatable)")
     parser.add_argument("--drafter-option", action="append", default=[], metavar="METHOD.KEY=VALUE",
@@ -185,10 +188,12 @@ def main() -> None:
         parser.error(f"--window must be at least 1 (got {args.window})")
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1 (got {args.seeds})")
+    if not 0 < args.reported <= 10:
+        parser.error(f"--reported must be in (0, 10] (got {args.reported})")
     try:
         settings = ReplaySettings(CostModel.from_profile(args.profile), methods, args.window, args.plan_every,
                                   args.lag, parse_options(args.option), parse_drafter_options(args.drafter_option),
-                                  args.seeds)
+                                  args.seeds, args.reported)
         if args.learned_on_verifier:
             settings.cost.shared_methods.add(LEARNED)
         if args.learned:

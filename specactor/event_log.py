@@ -106,8 +106,8 @@ class Summary:
 
 @dataclass
 class GraphSteps:
-    """Steps replayed as CUDA graphs (a GPU). Their forward_ms is the replay's launch only (the GPU
-    runs on while the host samples), so their cost is their step_ms."""
+    """Steps replayed as CUDA graphs (a GPU): their step_ms is what a step cost (forward_ms is the
+    replay's GPU time, without the sampler and bookkeeping around it)."""
 
     step_ms: list[float] = field(default_factory=list)
     captured_mid_run: int = 0  # shapes captured inside a step
@@ -200,8 +200,8 @@ def format_summary(s: Summary) -> str:
     if s.graphs is not None:
         g, steps = s.graphs, sum(at.steps for at in s.by_batch.values())
         median = f", median step {statistics.median(g.step_ms):.1f} ms" if g.step_ms else ""
-        lines += ["", f"CUDA graphs: {len(g.step_ms)} of {steps} verify steps replayed{median} (their forward is "
-                      f"the replay's launch only); {g.captured_before} shapes captured before serving in "
+        lines += ["", f"CUDA graphs: {len(g.step_ms)} of {steps} verify steps replayed{median}; "
+                      f"{g.captured_before} shapes captured before serving in "
                       f"{g.capture_before_s:.2f} s, {g.captured_mid_run} during the run in "
                       f"{g.capture_mid_run_s:.2f} s"]
     lines += ["", f"tail (after 90% of requests finished): {s.tail_s:.2f} s, "

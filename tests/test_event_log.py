@@ -81,10 +81,11 @@ def test_steps_by_batch_size_give_the_median_forward_and_per_step_tokens() -> No
 
 
 def test_steps_replayed_as_cuda_graphs_are_counted_by_their_step_time() -> None:
-    """A graphed step's forward_ms is its launch only: the summary counts replayed steps, their
-    median step time and the captures, and says nothing of graphs where none ran (a CPU)."""
+    """A graphed step's forward_ms leaves out the sampler and bookkeeping around the replay: the
+    summary counts replayed steps, their median step time and the captures, and says nothing of
+    graphs where none ran (a CPU)."""
     def step(ts: float, graph: str, step_ms: float) -> dict:
-        return {"event": "verify.step", "ts": ts, "batch_size": 4, "forward_ms": 0.1 if graph else step_ms,
+        return {"event": "verify.step", "ts": ts, "batch_size": 4, "forward_ms": step_ms / 2 if graph else step_ms,
                 "step_ms": step_ms, "drafted": 0, "new_tokens": 4, "methods": {}, "graph": graph}
 
     events = [{"event": "verify.graphs_captured", "ts": 0.0, "shapes": 42, "seconds": 1.5},

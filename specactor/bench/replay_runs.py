@@ -48,6 +48,7 @@ class ReplaySettings:
     options: dict[str, Any] = field(default_factory=dict)  # FastestOfN settings
     drafter_options: dict[str, dict] = field(default_factory=dict)
     seeds: int = 1  # policy seeds (Thompson draws, explorations) per Fastest-of-N run
+    reported: float = 1.0  # the share of a step's time the policy is told (see Simulator)
 
 
 class _Perfect(ReplayRequest):
@@ -81,7 +82,8 @@ def run(samples: list[Sample], name: str, settings: ReplaySettings, history: lis
     else:
         requests = replay_requests(samples, settings.methods, history, name == "clairvoyant",
                                    settings.drafter_options)
-    result = Simulator(settings.cost, plan_every=settings.plan_every, lag=settings.lag).run(
+    result = Simulator(settings.cost, plan_every=settings.plan_every, lag=settings.lag,
+                       reported=settings.reported).run(
         requests, make_policy(name, settings, seed))
     one, two = phase_split(list(result.finish_s.values()), result.makespan_s)
     return {"makespan_s": result.makespan_s, "phase1_s": one, "phase2_s": two, "steps": result.steps,

@@ -161,14 +161,17 @@ def _drafted_ahead(last: str | None, window: int) -> int:
 
 
 class Simulator:
-    def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1, lag: int = 0) -> None:
+    def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1, lag: int = 0,
+                 reported: float = 1.0) -> None:
         """``lag``: steps before a plan takes effect. Live it is about 2: the verifier steps on while
         the policy plans, applies the plan between steps, and the drafters' first drafts reach
-        the step after that."""
+        the step after that. ``reported``: the share of a step's time its report tells the policy
+        (1: the truth; a GPU step timed by the host's clock told its launch only, ~0.1)."""
         self.cost = cost
         self.seed = seed
         self.plan_every = max(1, plan_every)
         self.lag = max(0, lag)
+        self.reported = reported
 
     def run(self, requests: list[Request], policy: Policy, max_steps: int = 100_000) -> SimResult:
         rng = random.Random(self.seed)
@@ -215,7 +218,7 @@ class Simulator:
             clock += step
             steps += 1
             if learner is not None:
-                learner.observe_step(batch, fed, self.cost.verify_rows_s(batch, fed, rows), rows=rows)
+                learner.observe_step(batch, fed, self.reported * self.cost.verify_rows_s(batch, fed, rows), rows=rows)
             for rid, choice in now.items():
                 req, done = by_id[rid], committed[rid]
                 choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))

@@ -30,6 +30,7 @@ from specactor.verifier.cuda_graphs import GraphedSteps
 from specactor.verifier.kv_cache import KVCache
 from specactor.verifier.model import CausalLM
 from specactor.verifier.sampler import SamplingBatch, sample
+from specactor.verifier.step_clock import StepClock
 from specactor.verifier.tree import DraftTree, matched
 
 #: (method, draft tokens)
@@ -102,8 +103,8 @@ class StepReport:
     batch_size: int
     prefill_tokens: int
     new_tokens: int
-    forward_s: float
-    sample_s: float
+    forward_s: float  # the forward as the device ran it (on a GPU its kernels' time, not their launch's)
+    sample_s: float  # the rest of the step until its tokens were on the host
     finished: list[Sequence]
     verdicts: list[Verdict] = field(default_factory=list)
     drafted: int = 0
@@ -169,6 +170,7 @@ class Engine(ServesToCompletion):
         # a step on a GPU is bound by launching its kernels: replay them as CUDA graphs (None: on a GPU)
         use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         self.graphs = GraphedSteps(model, self.cache) if use_graphs else None
+        self.clock = StepClock(self.device)  # a forward's device time, also where it runs asynchronously
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # index = slot
         self.steps = 0
@@ -319,7 +321,7 @@ class Engine(ServesToCompletion):
                 depth = j if tree is None or j == 0 else tree.depth(j - 1)
                 sampling.append((p.temperature, p.top_k, p.top_p, seq.seed, len(seq.output_ids) + depth))
             offset += q
-        t0 = time.perf_counter()
+        self.clock.start()
         has_trees = any(t is not None for t in trees)
         graph = self.graphs.shape(q_lens, starts) if self.graphs is not None and not has_trees else None
         if graph is not None:
@@ -329,12 +331,12 @@ class Engine(ServesToCompletion):
             tokens = torch.tensor([t for r in rows for t in r], dtype=torch.int64, device=self.device)
             logits = self.model(tokens, q_lens, self.cache, torch.tensor(logit_rows, device=self.device),
                                 parents if has_trees else None)
-        t1 = time.perf_counter()
+        self.clock.forward_queued()
         sampled, logprobs = sample(logits, SamplingBatch.build(sampling, self.device))
         sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
-        t2 = time.perf_counter()
+        forward_s, sample_s = self.clock.finish()
         captured = self.graphs.last_capture_s if graph is not None and self.graphs is not None else 0.0
-        report = StepReport(len(q_lens), prefill, 0, t1 - t0, t2 - t1, [], graph=graph, capture_s=captured)
+        report = StepReport(len(q_lens), prefill, 0, forward_s, sample_s, [], graph=graph, capture_s=captured)
         finished_slots = []
         i = 0
         for slot, seq in enumerate(self.running):

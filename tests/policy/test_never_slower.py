@@ -207,3 +207,26 @@ def test_a_drafter_on_the_verifier_s_own_hardware_is_priced_so(batch: int) -> No
     plain, blind = run(shared=True, policy_knows=False)
     if batch == 1:
         assert blind > plain * 1.03  # a policy pricing it as hidden loses: what the flag is for
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_policy_told_a_tenth_of_each_step_prices_its_drafters_too_slow(batch: int) -> None:
+    """What the engine's step clock is for (:mod:`specactor.verifier.step_clock`): a GPU step timed
+    by the host's clock says its launch, a tenth of it or less. A cheap drafter at a tenth of a
+    decode step a token, right 90% of the time, hides beside the true step; a policy that corrects
+    its profile by launch times believes the drafter cannot keep up and drafts too little."""
+    def cost() -> CostModel:
+        model = CostModel.from_profile()
+        model.draft["ngram"] = DraftCost(per_row_s=0.0, fixed_s=model.verify_s(1, 1) / 10)
+        return model
+
+    def speedup(reported: float) -> float:
+        def requests() -> list[SimRequest]:
+            return [SimRequest(f"r{i}", 256, {"ngram": 0.9}) for i in range(batch)]
+
+        plain = Simulator(cost(), plan_every=4, lag=2).run(requests(), PlainPolicy()).makespan_s
+        policy = FastestOfN(["ngram"], cost(), seed=1)
+        return plain / Simulator(cost(), plan_every=4, lag=2, reported=reported).run(requests(), policy).makespan_s
+
+    told_the_truth, told_a_tenth = speedup(1.0), speedup(0.1)
+    assert told_the_truth > 2.0 and told_the_truth > 1.15 * told_a_tenth, (told_the_truth, told_a_tenth)
