@@ -102,6 +102,8 @@ class Summary:
     reasons: Counter = field(default_factory=Counter)
     by_batch: dict[int, BatchSteps] = field(default_factory=dict)  # verify steps by batch size
     graphs: "GraphSteps | None" = None  # the steps replayed as CUDA graphs, if any were
+    #: the policy's plan spacing changes (policy.plan_gap): its plans took too long beside the steps
+    plan_gaps: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +126,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     reasons: Counter = Counter()
     by_batch: dict[int, BatchSteps] = defaultdict(BatchSteps)
     graphs = GraphSteps()
+    plan_gaps = [e for e in events if e["event"] == "policy.plan_gap"]
     finished = [e for e in events if e["event"] == "request.finished"]
     steps = [e for e in events if e["event"] in ("verify.step", "engine.step")]
     for e in events:
@@ -171,7 +174,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         tail_rate = tail / max(tail_s, 1e-9) if tail_s else 0.0
     used = graphs.step_ms or graphs.captured_before or graphs.captured_mid_run
     return Summary(end - start, len(finished), tokens, dict(methods), dict(busy), tail_s, tail_rate, head_rate,
-                   policy, reasons, dict(sorted(by_batch.items())), graphs if used else None)
+                   policy, reasons, dict(sorted(by_batch.items())), graphs if used else None, plan_gaps)
 
 
 def format_summary(s: Summary) -> str:
@@ -209,6 +212,11 @@ def format_summary(s: Summary) -> str:
     if s.policy:
         lines += ["", "policy: " + ", ".join(f"{k} {v}" for k, v in s.policy.most_common()),
                   "reasons: " + ", ".join(f"{k} {v}" for k, v in s.reasons.most_common())]
+    if s.plan_gaps:
+        widest = max(s.plan_gaps, key=lambda e: int(e.get("steps", 0)))
+        lines += [f"policy plans spaced out {len(s.plan_gaps)} times, at most to every {widest.get('steps')} steps "
+                  f"(a plan {widest.get('plan_ms')} ms against steps of {widest.get('step_ms')} ms at batch "
+                  f"{widest.get('batch')}): planning kept to a quarter of the time"]
     return "\n".join(lines)
 
 

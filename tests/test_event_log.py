@@ -151,3 +151,16 @@ def test_one_rl_step_is_the_events_between_two_weight_updates(tmp_path) -> None:
     bad = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path), "--version", "9"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no events at policy version 9" in bad.stderr
+
+
+def test_a_policy_whose_plans_were_spaced_out_is_reported() -> None:
+    """At a large batch on a GPU a plan can outlast the steps between plans: the policy spaces them
+    (policy.plan_gap), and the summary says how far and why; a run without it says nothing."""
+    step = {"event": "verify.step", "ts": 1.0, "batch_size": 256, "forward_ms": 9.0, "step_ms": 12.0,
+            "drafted": 0, "new_tokens": 256, "methods": {}}
+    gaps = [{"event": "policy.plan_gap", "ts": 2.0, "steps": 6, "plan_ms": 14.2, "step_ms": 9.1, "batch": 256},
+            {"event": "policy.plan_gap", "ts": 3.0, "steps": 9, "plan_ms": 20.5, "step_ms": 9.0, "batch": 256}]
+    text = format_summary(summarize([step, *gaps]))
+    assert "policy plans spaced out 2 times, at most to every 9 steps (a plan 20.5 ms against steps of 9.0 ms " \
+           "at batch 256)" in text
+    assert "spaced out" not in format_summary(summarize([step]))

@@ -10,9 +10,12 @@ event with its reason. The verifier applies them between steps and tells the
 drafters to Track or Untrack.
 
 It plans every ``plan_every`` steps, and never so often that planning takes
-more than ``PLAN_SHARE`` of the time between plans: a plan's cost grows with
-the batch (tens of milliseconds at batch 256), a GPU step can be a few
-milliseconds, and the cheap drafters share the policy's event loop.
+more than ``PLAN_SHARE`` of the time between plans (new requests and the
+follow-up of an exploration wait too): a plan's cost grows with the batch
+(tens of milliseconds at batch 256), a GPU step can be a few milliseconds, and
+the cheap drafters share the policy's event loop. The step time it compares
+with is the forward's, which on a GPU leaves out the sampler and bookkeeping
+(about half a graphed step): the spacing errs on the side of planning less.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class PolicyActor(Actor):
             prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's
         if batch.step_ns and batch.batch_size and not prefill:
             self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9, rows=rows)
+        # the forward's time (a GPU step's sampler and bookkeeping are not in it), prefills included:
+        # they pass between plans too, and with more prompts than slots most steps have one
         if batch.step_ns:
             self.step_s += (TIMING_WEIGHT if self.step_s else 1.0) * (batch.step_ns / 1e9 - self.step_s)
         for v in batch.verdicts:
@@ -129,7 +134,9 @@ class PolicyActor(Actor):
                     await self.send(f"draft-{method}", p.StatsRequest())
         self._since_plan += 1
         every = max(self.plan_every * slow, self.plan_gap)
-        if new or (self.fon.replan_soon and self._since_plan >= self.plan_gap) or self.counters["steps"] % every == 0:
+        # new requests meanwhile draft by the default choice (policy.default); with a large batch
+        # and more prompts than slots, some arrive at nearly every step
+        if self._since_plan >= self.plan_gap and (new or self.fon.replan_soon or self.counters["steps"] % every == 0):
             await self._replan(batch.batch_size, batch.step)
 
     def _on_drafter_stats(self, reply: p.StatsReply) -> None:
@@ -191,9 +198,10 @@ class PolicyActor(Actor):
         self.plan_s += (TIMING_WEIGHT if self.plan_s else 1.0) * (seconds - self.plan_s)
         gap = max(1, math.ceil(self.plan_s / (PLAN_SHARE * self.step_s))) if self.step_s > 0 else 1
         if max(gap, self.plan_every) != max(self.plan_gap, self.plan_every):  # the plans' spacing changes
-            self.log.info("policy.plan_gap", steps=gap, plan_ms=round(1e3 * self.plan_s, 2),
+            self.log.info("policy.plan_gap", steps=max(gap, self.plan_every), plan_ms=round(1e3 * self.plan_s, 2),
                           step_ms=round(1e3 * self.step_s, 2), batch=batch)
         self.plan_gap = gap
+        self.fon.exploration_steps = gap  # an exploration lasts until the next plan: that many steps
 
     async def _send_default(self, batch: int) -> None:
         """The cold-start choice for requests yet to arrive: the best method so far."""

@@ -41,7 +41,9 @@ must not starve its explorations), half a step's worth to start with, for the
 cold start, shortening windows and dropping explorers to fit; and a
 request that explored waits ``hold_rounds`` rounds before it may again, twice
 as long after each exploration that the mean did not confirm. An exploration
-lasts one step: the plan after it comes at once (``replan_soon``).
+lasts one step: the plan after it comes at once (``replan_soon``), or, where
+the caller spaces its plans (a plan slower than a few steps), until the next
+plan, and its cost is charged for each of those ``exploration_steps``.
 
 Shadowing: in the tail (at most ``shadow_below`` of the peak requests left),
 a request that is off keeps its free methods drafting with window 0: nothing
@@ -217,6 +219,9 @@ class FastestOfN:
         self.explore_budget = explore_budget
         self.explore_credit = explore_start  # steps' worth of extra time explorations may still cost
         self.replan_soon = False  # the last plan explored: plan again after the next step
+        # steps an exploration lasts: 1 where the next plan comes after the next step; the policy
+        # actor sets it higher where it spaces its plans (an exploration's cost is charged that often)
+        self.exploration_steps = 1
         self.max_explore_gap = max_explore_gap
         # live, a choice takes a few steps to reach the drafter and its drafts the verifier (the
         # verifier does not wait for the policy): an exploration holds until its first draft is
@@ -457,7 +462,7 @@ class FastestOfN:
             while explorers:  # the explorers' windows by their draws, everyone else's as exploitation has them
                 windows = [explore[i] if i in explorers else exploit[i] for i in range(len(picked))]
                 # what the step would cost more than the exploiting one, should the draws be wrong
-                extra = self._step_s(steps, picked, windows) / exploit_s - 1.0
+                extra = (self._step_s(steps, picked, windows) / exploit_s - 1.0) * self.exploration_steps
                 if extra <= self.explore_credit:
                     self.explore_credit -= max(extra, 0.0)
                     speed = explore_speed

@@ -2,18 +2,19 @@
 
 ``FastestOfN._allocate`` scores hundreds of allocations of one step, each differing from the last
 in one request's window. Recomputing the drafting time from every row (``FastestOfN._drafting_s``)
-made a plan cost O(rows^2 x windows): 0.1 s at batch 128 and 0.8 s at batch 256 on a 7B GPU
-profile, where a step takes tens of milliseconds, and the policy shares its event loop with the
+made a plan cost O(rows^2 x windows): 0.2 s at batch 128 and 0.9 s at batch 256 on a 7B GPU
+profile (T=0), where a step takes tens of milliseconds, and the policy shares its event loop with the
 cheap drafters, which wait that long. The tally keeps, per method, what the formula
-(:func:`drafting_seconds`) needs (rows per window, the product of the longest window's
-keep-chances, the largest per-row work) so that moving a row and reading the time cost
-O(log rows + windows). It computes what the formula does, up to the rounding of a product's order;
+(:func:`drafting_seconds`) needs (rows per window, the log of the product of the longest window's
+keep-chances, the largest per-row work) so that moving a row costs a binary search and a list
+insertion, and reading the time O(windows). It computes what the formula does, up to rounding;
 :class:`FromScratchTally` is the search as it was, for tests and ``bench/policy_plan_time.py``.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 from specactor.drafters.base import decoupled_lookahead
@@ -54,8 +55,10 @@ class _MethodTally:
     """One method's drafting rows, by window."""
 
     rows: list[int]  # rows drafting each window 0..max_window (index 0 unused)
-    keep: list[float]  # per window: product of its rows' non-zero chances that their draft is not cut
-    zero_keeps: list[int]  # per window: rows certain to be cut (a factor of 0 cannot be divided out)
+    #: per window: the sum of the logs of its rows' non-zero chances that their draft is not cut (a
+    #: product could underflow to 0, and nothing could be divided out of it again)
+    log_keep: list[float]
+    zero_keeps: list[int]  # per window: rows certain to be cut (a chance of 0 has no log)
     works: list[float] = field(default_factory=list)  # every row's decoupled_work, sorted
     total: int = 0
     longest: int = 0  # the longest window drafting (0: none)
@@ -70,7 +73,7 @@ class DraftingTally:
                  max_window: int) -> None:
         self.cost = cost
         self.entries = entries
-        self.tallies = {m: _MethodTally([0] * (max_window + 1), [1.0] * (max_window + 1), [0] * (max_window + 1))
+        self.tallies = {m: _MethodTally([0] * (max_window + 1), [0.0] * (max_window + 1), [0] * (max_window + 1))
                         for m in methods}
 
     def move(self, i: int, old: int, new: int) -> None:
@@ -89,8 +92,8 @@ class DraftingTally:
     @staticmethod
     def _add(tally: _MethodTally, p: float, q: float, w: int) -> None:
         factor = 1 - q * (1 - p ** w)
-        if factor:
-            tally.keep[w] *= factor
+        if factor > 0:
+            tally.log_keep[w] += math.log(factor)
         else:
             tally.zero_keeps[w] += 1
         tally.rows[w] += 1
@@ -103,13 +106,13 @@ class DraftingTally:
         tally.rows[w] -= 1
         tally.total -= 1
         if not tally.rows[w]:  # start the window afresh: no rounding carried over
-            tally.keep[w], tally.zero_keeps[w] = 1.0, 0
+            tally.log_keep[w], tally.zero_keeps[w] = 0.0, 0
             if w == tally.longest:
                 tally.longest = next((v for v in range(w - 1, 0, -1) if tally.rows[v]), 0)
         else:
             factor = 1 - q * (1 - p ** w)
-            if factor:
-                tally.keep[w] /= factor
+            if factor > 0:
+                tally.log_keep[w] -= math.log(factor)
             else:
                 tally.zero_keeps[w] -= 1
         del tally.works[bisect.bisect_left(tally.works, decoupled_work(p, w, q))]
@@ -122,7 +125,7 @@ class DraftingTally:
             if not tally.total:
                 continue
             longest = tally.longest
-            cut = 1 - (0.0 if tally.zero_keeps[longest] else tally.keep[longest])
+            cut = 1 - (0.0 if tally.zero_keeps[longest] else math.exp(tally.log_keep[longest]))
             work = max(tally.works[-1], cut * decoupled_lookahead(longest) + (1 - cut) * (longest + 1))
             per_token = self.cost.draft_s(method, tally.total)
             coupled = max(coupled, longest * per_token)

@@ -103,7 +103,7 @@ class StepReport:
     batch_size: int
     prefill_tokens: int
     new_tokens: int
-    forward_s: float  # the forward as the device ran it (on a GPU its kernels' time, not their launch's)
+    forward_s: float  # the forward as the device ran it (on a GPU, CUDA events around it: not its launch's time)
     sample_s: float  # the rest of the step until its tokens were on the host
     finished: list[Sequence]
     verdicts: list[Verdict] = field(default_factory=list)

@@ -17,9 +17,11 @@ def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready
     assert policy.fon.unready == {"learned"}
 
 
-def _planned_steps(plan_s: float, step_ns: int, steps: int = 80, batch: int = 8) -> tuple[list[int], PolicyActor]:
-    """The steps at which the policy planned (and the policy), fed ``steps`` verdict batches of ``step_ns`` each
-    while a plan takes ``plan_s`` (its clock is patched: nothing sleeps)."""
+def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, batch: int = 8,
+                   arrivals: bool = False) -> tuple[list[int], PolicyActor]:
+    """The steps at which the policy planned (and the policy), fed ``steps`` verdict batches of
+    ``step_ns`` each while a plan takes ``plan_s`` (its clock is patched: nothing sleeps);
+    ``arrivals``: a new request joins at every step (more prompts than slots)."""
     import asyncio
 
     import specactor.policy.actor as policy_actor
@@ -37,31 +39,43 @@ def _planned_steps(plan_s: float, step_ns: int, steps: int = 80, batch: int = 8)
     async def send(peer, msg, **kwargs) -> bool:
         return True
 
-    policy.fon.plan = plan
-    policy.send = send
-    original = policy_actor.time.perf_counter
-    policy_actor.time.perf_counter = lambda: clock[0]
-    try:
-        async def feed() -> None:
-            for step in range(1, steps + 1):
-                verdicts = [p.Verdict(request_id=f"r{i}", start=10 + step, tokens=[5], accepted=0, drafted=0)
-                            for i in range(batch)]
-                await policy._on_verdicts(p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
-                                                         batch_size=batch))
-        asyncio.run(feed())
-    finally:
-        policy_actor.time.perf_counter = original
+    monkeypatch.setattr(policy.fon, "plan", plan)
+    monkeypatch.setattr(policy, "send", send)
+    monkeypatch.setattr(policy_actor.time, "perf_counter", lambda: clock[0])
+
+    async def feed() -> None:
+        for step in range(1, steps + 1):
+            verdicts = [p.Verdict(request_id=f"r{i}", start=10 + step, tokens=[5], accepted=0, drafted=0)
+                        for i in range(batch)]
+            if arrivals:  # its prompt is prefilled in this step
+                verdicts.append(p.Verdict(request_id=f"new{step}", start=0, tokens=[5], accepted=0, drafted=0))
+            ids = [v.request_id for v in verdicts]
+            await policy._on_verdicts(p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
+                                                     batch_size=len(ids)))
+    asyncio.run(feed())
     return planned, policy
 
 
-def test_plans_are_spaced_so_planning_takes_at_most_a_quarter_of_the_time_between_them() -> None:
+def test_plans_are_spaced_so_planning_takes_at_most_a_quarter_of_the_time_between_them(monkeypatch) -> None:
     """A plan of 20 ms against steps of 5 ms (a large batch on a GPU) may come every 16 steps at
-    most, explorations' follow-up plans included; a plan of 0.1 ms against the same steps plans as
-    often as before the spacing (every 4 steps, and after every step that explored)."""
+    most, explorations' follow-up plans included, and an exploration is charged for the 16 steps
+    it then lasts; a plan of 0.1 ms against the same steps plans as often as before the spacing
+    (every 4 steps, and after every step that explored)."""
     from specactor.policy.actor import PLAN_SHARE
 
-    slow, policy = _planned_steps(0.020, 5_000_000)
+    slow, policy = _planned_steps(monkeypatch, 0.020, 5_000_000)
     gaps = [b - a for a, b in zip(slow[1:], slow[2:])]  # after the first plan (new requests) and its timing
     assert policy.plan_gap == 16 and gaps and min(gaps) >= 0.020 / (PLAN_SHARE * 0.005), slow
-    fast, policy = _planned_steps(0.0001, 5_000_000)
-    assert policy.plan_gap == 1 and len(fast) >= 80 // 4 and len(fast) > 3 * len(slow), (fast, slow)
+    assert policy.fon.exploration_steps == 16
+    fast, policy = _planned_steps(monkeypatch, 0.0001, 5_000_000)
+    assert policy.plan_gap == 1 and policy.fon.exploration_steps == 1
+    assert len(fast) >= 80 // 4 and len(fast) > 3 * len(slow), (fast, slow)
+
+
+def test_requests_arriving_at_every_step_do_not_break_the_spacing(monkeypatch) -> None:
+    """With more prompts than slots a request joins at nearly every step; each used to trigger a
+    plan at once. They draft by the default choice until the next plan."""
+    slow, policy = _planned_steps(monkeypatch, 0.020, 5_000_000, arrivals=True)
+    assert policy.plan_gap == 16 and min(b - a for a, b in zip(slow[1:], slow[2:])) >= 16, slow
+    fast, _ = _planned_steps(monkeypatch, 0.0001, 5_000_000, arrivals=True)
+    assert fast == list(range(1, 81))  # fast plans: every arrival is planned at once, as before

@@ -54,6 +54,20 @@ def test_the_tally_gives_the_drafting_time_of_the_rows_drafting_after_any_moves(
         _assert_close(tally.seconds(), drafting_seconds(cost, rows))
 
 
+def test_keep_chances_too_small_for_a_float_product_are_divided_out_again() -> None:
+    """40 rows whose drafts are kept with a chance of 1e-10 each: their product underflows to 0,
+    from which no division recovers the one row left; the tally keeps logs, so removing them
+    restores it."""
+    cost = _cost(set())
+    entries = [("ngram", 0.5 ** 0.125, 1.0)] + [("ngram", 0.0, 1 - 1e-10)] * 40  # keep-chances 0.5 and 1e-10
+    tally = DraftingTally(cost, entries, {"ngram"}, 8)
+    for i in range(len(entries)):
+        tally.move(i, 0, 8)
+    for i in range(1, len(entries)):
+        tally.move(i, 8, 0)
+    _assert_close(tally.seconds(), drafting_seconds(cost, [("ngram", 0.5 ** 0.125, 8, 1.0)]))
+
+
 def test_plans_at_large_batch_choose_the_windows_the_from_scratch_search_chooses() -> None:
     """On a GPU-like cost shape where the cheap drafters' time matters (the tally is in use), 60
     random batches of 8-96 requests get the same windows and speeds either way."""

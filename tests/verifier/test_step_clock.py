@@ -38,6 +38,7 @@ def test_on_a_gpu_the_forward_is_its_device_time_not_its_launch() -> None:
     """A queued matmul chain returns at once on the host; its device time is what the clock says,
     measured without a synchronisation of its own (the step's copy to the host is that)."""
     x = torch.randn(4096, 4096, device="cuda")
+    (x @ x).sum().item()  # warm up: cuBLAS's set-up and lazy kernel loading are not the forward's
     torch.cuda.synchronize()
     reference = time.perf_counter()
     for _ in range(20):
