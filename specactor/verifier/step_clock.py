@@ -4,8 +4,8 @@ On a CPU the forward returns when its work is done, so the host's clock is its t
 returns once its kernels are queued (a replayed CUDA graph at once), and the work finishes while
 the sampler waits for its tokens: the host's clock says the launch. The policy corrects its cost
 profile (forwards timed with a synchronisation) by the live steps' forward times, so launch
-times made it believe a graphed step ~10x cheaper than profiled, and the cheap drafters' real
-CPU time too slow to keep up with it. CUDA events around the forward give its device time once
+times (3% of a graphed H100 step) made it believe steps ~30x cheaper than profiled, and the
+cheap drafters' real CPU time too slow to keep up with them. CUDA events around the forward give its device time once
 the sampler's copy to the host has synchronised, without a synchronisation of their own.
 """
 
