@@ -7,10 +7,11 @@ loop as the cheap drafters, so a plan that outlasts those steps leaves the draft
 verifier's next assignments waiting. A plan's cost grows with the batch: every request's window
 is searched against the whole batch's step. This times ``FastestOfN.plan`` on synthetic
 observations (per request an acceptance drawn for the temperature's regime: T=1 0.1-0.5, T=0
-0.5-0.95, drafts of 1-8 tokens on a third of the steps), with the window search's drafting time
-kept by :class:`~specactor.policy.drafting_tally.DraftingTally` (the product) and recomputed
-from every row (:class:`~specactor.policy.drafting_tally.FromScratchTally`, the search before
-it), in one process, plans alternating. Both policies see the same observations and seeds, so
+0.5-0.95, drafts of 1-8 tokens on a third of the steps) as the product plans (the first phase of
+the window search vectorised, :mod:`specactor.policy.window_sweep`, and the step's drafting time
+kept by :class:`~specactor.policy.drafting_tally.DraftingTally`) and as it planned before
+(one allocation at a time, the drafting time recomputed from every row:
+:class:`~specactor.policy.drafting_tally.FromScratchTally`), in one process, plans alternating. Both policies see the same observations and seeds, so
 they must make the same plans (checked). Beside each: the profile's plain decode step at that
 batch (extrapolated past the profile's largest batch) and the share of one core the policy needs
 at one plan every 4 steps. Prints a table; writes JSON (``--out``).
@@ -54,9 +55,9 @@ def _observe(policies: list[FastestOfN], n: int, acceptance: list[float], rng: r
 def time_plans(profile: str | None, batch: int, regime: str, plans: int, window: int, seed: int) -> dict:
     """Median and max plan time with the tally and from scratch, and whether the plans agree."""
     policies = []
-    for tally in (DraftingTally, FromScratchTally):
+    for tally, vectorized in ((DraftingTally, True), (FromScratchTally, False)):
         policy = FastestOfN(METHODS, CostModel.from_profile(profile), max_window=window, seed=seed)
-        policy.tally_class = tally
+        policy.tally_class, policy.vectorized_sweep = tally, vectorized
         for i in range(batch):
             policy.add_request(f"r{i}")
         policies.append(policy)
@@ -76,13 +77,13 @@ def time_plans(profile: str | None, batch: int, regime: str, plans: int, window:
         same &= all(by[0][r].methods == by[1][r].methods and by[0][r].window == by[1][r].window for r in by[0])
         drafting = sum(1 for c in by[0].values() if c.window)
     decode_s = policies[0].cost.at_batch(batch).decode
-    tally_s, scratch_s = (statistics.median(s) for s in seconds)
+    now_s, before_s = (statistics.median(s) for s in seconds)
     return {"profile": profile or "packaged", "batch": batch, "regime": regime, "plans": plans,
-            "tally_ms": 1e3 * tally_s, "tally_max_ms": 1e3 * max(seconds[0]),
-            "from_scratch_ms": 1e3 * scratch_s, "from_scratch_max_ms": 1e3 * max(seconds[1]),
-            "speedup": scratch_s / tally_s, "decode_step_ms": 1e3 * decode_s,
-            "core_share_tally": tally_s / (PLAN_EVERY * decode_s),
-            "core_share_from_scratch": scratch_s / (PLAN_EVERY * decode_s),
+            "now_ms": 1e3 * now_s, "now_max_ms": 1e3 * max(seconds[0]),
+            "before_ms": 1e3 * before_s, "before_max_ms": 1e3 * max(seconds[1]),
+            "speedup": before_s / now_s, "decode_step_ms": 1e3 * decode_s,
+            "core_share_now": now_s / (PLAN_EVERY * decode_s),
+            "core_share_before": before_s / (PLAN_EVERY * decode_s),
             "rows_drafting_last_plan": drafting, "same_plans": same}
 
 
@@ -105,7 +106,7 @@ def main() -> None:
     except ValueError:
         ap.error(f"--batches must be comma-separated integers, got {args.batches!r}")
     rows = []
-    print("| profile | regime | batch | plan, tally | plan, from scratch | speedup | decode step | "
+    print("| profile | regime | batch | plan, now | plan, before | speedup | decode step | "
           "policy core share at 1 plan / 4 steps | rows drafting | same plans |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for profile in args.profiles.split(","):
@@ -116,9 +117,9 @@ def main() -> None:
             for batch in batches:
                 r = time_plans(path, batch, regime, args.plans, args.window, args.seed)
                 rows.append(r)
-                print(f"| {Path(r['profile']).stem} | {regime} | {batch} | {r['tally_ms']:.1f} ms | "
-                      f"{r['from_scratch_ms']:.1f} ms | {r['speedup']:.1f}x | {r['decode_step_ms']:.1f} ms | "
-                      f"{100 * r['core_share_tally']:.0f}% (was {100 * r['core_share_from_scratch']:.0f}%) | "
+                print(f"| {Path(r['profile']).stem} | {regime} | {batch} | {r['now_ms']:.1f} ms | "
+                      f"{r['before_ms']:.1f} ms | {r['speedup']:.1f}x | {r['decode_step_ms']:.1f} ms | "
+                      f"{100 * r['core_share_now']:.0f}% (was {100 * r['core_share_before']:.0f}%) | "
                       f"{r['rows_drafting_last_plan']} | {r['same_plans']} |", flush=True)
     out = {"date": date.today().isoformat(), "machine": platform.processor() or platform.machine(),
            "python": platform.python_version(), "command": "python bench/policy_plan_time.py " +

@@ -98,6 +98,7 @@ from specactor.drafters.base import decoupled_lookahead
 from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, iteration_s,
                                          progress_by_window, race_progress, useful_window)
 from specactor.policy.drafting_tally import DraftingTally, drafting_seconds
+from specactor.policy.window_sweep import WindowSweep
 
 
 SCHEMES = ("thompson", "ucb", "greedy")
@@ -190,6 +191,9 @@ class FastestOfN:
 
     #: how the window search keeps a step's drafting time (:mod:`specactor.policy.drafting_tally`)
     tally_class: type[DraftingTally] = DraftingTally
+    #: its first phase scores every batch prefix of a window at once (:mod:`specactor.policy.window_sweep`);
+    #: False: one allocation at a time (the reference, for tests and ``bench/policy_plan_time.py``)
+    vectorized_sweep: bool = True
 
     def __init__(self, methods: list[str], cost: CostModel, *, max_window: int = 8, decoupled: bool = True,
                  decay: float = 0.9, token_decay: float = 0.975, prior_weight: float = 2.0, racing: bool = True, max_racers: int = 3,
@@ -647,12 +651,19 @@ class FastestOfN:
         order = sorted(range(n), key=lambda i: (-entries[i][1], -entries[i][2]))
         useful = [useful_window(entries[i][1], top) for i in order]  # non-increasing along order
         best_speed, best_w, best_k = plain, 0, 0
+        sweep = WindowSweep(steps, self.cost, entries, order, gains, costly, base_fed, self.decoupled) \
+            if self.vectorized_sweep else None
         for w in range(1, top + 1):
             # only requests whose w-th draft token has a real chance (see useful_window): the rest
             # would pay w tokens for what a shorter window buys them, tried at that window
             reach = sum(u >= w for u in useful)
             if not reach:
                 break
+            if sweep is not None:  # every k at once (numpy): the same speeds as one at a time
+                for k, s in enumerate(sweep.speeds(w, reach), 1):
+                    if s > best_speed * (1 + 1e-12):
+                        best_speed, best_w, best_k = s, w, k
+                continue
             for k, i in enumerate(order[:reach], 1):
                 setw(i, w)
                 s = speed()
