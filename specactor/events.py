@@ -100,7 +100,7 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "policy.default": ("The policy's choice for requests yet to arrive.", ("methods", "window", "reason")),
     "policy.plan_gap": (
         "The policy now plans every this many verify steps (at least its plan_every), so that planning takes at "
-        "most a quarter of the time between plans: a plan's running time and a step's forward time (a GPU step's "
+        "most a quarter of the time between plans: a plan's CPU time and a step's forward time (a GPU step's "
         "sampler and bookkeeping are not in it), in milliseconds.",
         ("steps", "plan_ms", "step_ms", "batch"),
     ),

@@ -20,7 +20,7 @@ def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready
 def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, batch: int = 8,
                    arrivals: bool = False) -> tuple[list[int], PolicyActor]:
     """The steps at which the policy planned (and the policy), fed ``steps`` verdict batches of
-    ``step_ns`` each while a plan takes ``plan_s`` (its clock is patched: nothing sleeps);
+    ``step_ns`` each while a plan takes ``plan_s`` of CPU time (its clock is patched: nothing sleeps);
     ``arrivals``: a new request joins at every step (more prompts than slots)."""
     import asyncio
 
@@ -41,7 +41,7 @@ def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, ba
 
     monkeypatch.setattr(policy.fon, "plan", plan)
     monkeypatch.setattr(policy, "send", send)
-    monkeypatch.setattr(policy_actor.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(policy_actor.time, "thread_time", lambda: clock[0])
 
     async def feed() -> None:
         for step in range(1, steps + 1):
