@@ -37,6 +37,11 @@ PLAN_SHARE = 0.25
 TIMING_WEIGHT = 0.3
 
 
+def _running(estimate: float, seconds: float) -> float:
+    """A running estimate of seconds updated by one more (the first taken as it is)."""
+    return estimate + (TIMING_WEIGHT if estimate else 1.0) * (seconds - estimate)
+
+
 class PolicyActor(Actor):
     def __init__(self, name: str, methods: list[str], verifier: str = "verifier", max_window: int = DEFAULT_WINDOW,
                  profile: str | None = None, racing: bool = True, scheme: str = "thompson", seed: int = 0,
@@ -118,7 +123,7 @@ class PolicyActor(Actor):
         # the forward's time (a GPU step's sampler and bookkeeping are not in it), prefills included:
         # they pass between plans too, and with more prompts than slots most steps have one
         if batch.step_ns:
-            self.step_s += (TIMING_WEIGHT if self.step_s else 1.0) * (batch.step_ns / 1e9 - self.step_s)
+            self.step_s = _running(self.step_s, batch.step_ns / 1e9)
         for v in batch.verdicts:
             if v.finished:
                 fon.remove_request(v.request_id)
@@ -199,7 +204,7 @@ class PolicyActor(Actor):
         """Space the plans so that planning (its CPU seconds) takes at most PLAN_SHARE of the time
         between them."""
         self._since_plan = 0
-        self.plan_s += (TIMING_WEIGHT if self.plan_s else 1.0) * (seconds - self.plan_s)
+        self.plan_s = _running(self.plan_s, seconds)
         gap = max(1, math.ceil(self.plan_s / (PLAN_SHARE * self.step_s))) if self.step_s > 0 else 1
         if max(gap, self.plan_every) != max(self.plan_gap, self.plan_every):  # the plans' spacing changes
             self.log.info("policy.plan_gap", steps=max(gap, self.plan_every), plan_ms=round(1e3 * self.plan_s, 2),

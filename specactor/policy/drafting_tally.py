@@ -21,6 +21,20 @@ from specactor.drafters.base import decoupled_lookahead
 from specactor.policy.cost_model import CostModel, decoupled_work
 
 
+def keep_chance(p, window: int, draft_rate):
+    """The chance that a row drafting ``window`` tokens at per-token acceptance ``p`` keeps its
+    lookahead through a step (it has no draft at all on a share ``1 - draft_rate`` of the steps).
+    Floats or numpy arrays (:mod:`specactor.policy.window_sweep`)."""
+    return 1 - draft_rate * (1 - p ** window)
+
+
+def round_work(cut, longest: int):
+    """Tokens a method's drafter drafts a round for rows whose longest window is ``longest``: its
+    whole lookahead again where some row at that window was cut (chance ``cut``), the window and
+    the step's own token otherwise. Floats or numpy arrays."""
+    return cut * decoupled_lookahead(longest) + (1 - cut) * (longest + 1)
+
+
 def drafting_seconds(cost: CostModel, rows: list[tuple[str, float, int, float]]) -> tuple[float, float, float]:
     """(coupled, decoupled, shared) drafting seconds of a step whose drafting rows are (method, p,
     window, draft rate). A method's drafter serves all its rows in one round, as long as its
@@ -37,12 +51,11 @@ def drafting_seconds(cost: CostModel, rows: list[tuple[str, float, int, float]])
         if method not in longest:
             longest[method], kept[method] = w, 1.0
         if w == longest[method]:
-            kept[method] *= 1 - q * (1 - p ** w)
+            kept[method] *= keep_chance(p, w, q)
         work[method] = max(work.get(method, 0.0), decoupled_work(p, w, q))
         count[method] = count.get(method, 0) + 1
     for m, w in longest.items():
-        cut = 1 - kept[m]
-        work[m] = max(work[m], cut * decoupled_lookahead(w) + (1 - cut) * (w + 1))
+        work[m] = max(work[m], round_work(1 - kept[m], w))
     shared_methods = cost.shared_methods
     coupled = max((longest[m] * cost.draft_s(m, count[m]) for m in longest), default=0.0)
     decoupled = max((work[m] * cost.draft_s(m, count[m]) for m in work if m not in shared_methods), default=0.0)
@@ -91,7 +104,7 @@ class DraftingTally:
 
     @staticmethod
     def _add(tally: _MethodTally, p: float, q: float, w: int) -> None:
-        factor = 1 - q * (1 - p ** w)
+        factor = keep_chance(p, w, q)
         if factor > 0:
             tally.log_keep[w] += math.log(factor)
         else:
@@ -110,7 +123,7 @@ class DraftingTally:
             if w == tally.longest:
                 tally.longest = next((v for v in range(w - 1, 0, -1) if tally.rows[v]), 0)
         else:
-            factor = 1 - q * (1 - p ** w)
+            factor = keep_chance(p, w, q)
             if factor > 0:
                 tally.log_keep[w] -= math.log(factor)
             else:
@@ -126,7 +139,7 @@ class DraftingTally:
                 continue
             longest = tally.longest
             cut = 1 - (0.0 if tally.zero_keeps[longest] else math.exp(tally.log_keep[longest]))
-            work = max(tally.works[-1], cut * decoupled_lookahead(longest) + (1 - cut) * (longest + 1))
+            work = max(tally.works[-1], round_work(cut, longest))
             per_token = self.cost.draft_s(method, tally.total)
             coupled = max(coupled, longest * per_token)
             if method in shared_methods:

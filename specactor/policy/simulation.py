@@ -166,7 +166,7 @@ class Simulator:
         """``lag``: steps before a plan takes effect. Live it is about 2: the verifier steps on while
         the policy plans, applies the plan between steps, and the drafters' first drafts reach
         the step after that. ``reported``: the share of a step's time its report tells the policy
-        (1: the truth; a GPU step timed by the host's clock told its launch only, ~0.1)."""
+        (1: the truth; a graphed GPU step timed by the host's clock told its launch only, ~0.03)."""
         self.cost = cost
         self.seed = seed
         self.plan_every = max(1, plan_every)

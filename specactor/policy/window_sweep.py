@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specactor.drafters.base import decoupled_lookahead
-from specactor.policy.cost_model import CostModel, StepCosts
+from specactor.policy.cost_model import CostModel, StepCosts, decoupled_work
+from specactor.policy.drafting_tally import keep_chance, round_work
 
 
 def _interp(xs: list[float], ys: list[float], x: np.ndarray) -> np.ndarray:
@@ -59,7 +59,7 @@ class WindowSweep:
                  order: list[int], gains: list[list[float]], costly: set[str], base_fed: float,
                  decoupled: bool) -> None:
         self.steps, self.cost, self.order = steps, cost, order
-        self.entries, self.gains, self.costly = entries, gains, costly
+        self.gains, self.costly = gains, costly
         self.base_fed, self.decoupled = base_fed, decoupled
         self.q = np.array([entries[i][2] for i in order], dtype=float)
         self.p = np.array([entries[i][1] for i in order], dtype=float)
@@ -88,9 +88,8 @@ class WindowSweep:
     def _drafting(self, w: int, reach: int, p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, ...]:
         """:class:`~specactor.policy.drafting_tally.DraftingTally`'s (coupled, decoupled, shared)
         for every prefix, all its rows at window w."""
-        survive = p ** w
-        factor = 1 - q * (1 - survive)
-        work_row = q * (survive * (w + 1) + (1 - survive) * decoupled_lookahead(w)) + (1 - q)
+        factor = keep_chance(p, w, q)
+        work_row = decoupled_work(p, w, q)
         coupled = np.zeros(reach)
         decoupled = np.zeros(reach)
         shared = np.zeros(reach)
@@ -105,7 +104,7 @@ class WindowSweep:
             zeros = np.cumsum(mask & ~(factor > 0))
             rowmax = np.maximum.accumulate(np.where(mask, work_row, -np.inf))
             cut = 1 - np.where(zeros > 0, 0.0, np.exp(log_keep))
-            work = np.maximum(rowmax, cut * decoupled_lookahead(w) + (1 - cut) * (w + 1))
+            work = np.maximum(rowmax, round_work(cut, w))
             cost = self.cost.draft.get(method)
             per_token = count * cost.per_row_s + cost.fixed_s if cost is not None else np.zeros(reach)
             present = count > 0
