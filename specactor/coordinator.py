@@ -41,6 +41,22 @@ from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_
 
 #: weight-update bytes in flight to a holder, at most (about; see RolloutEngine.send_weights_chunk)
 WEIGHT_SYNC_BYTES = 128 << 20
+#: tokens (prompts and resumed outputs) in one GenerateBatch at most: a few MB, well inside a message's limit
+SUBMIT_BATCH_TOKENS = 1 << 20
+
+
+def _batches(requests: list[p.GenerateRequest]) -> list[list[p.GenerateRequest]]:
+    """``requests`` in order, cut where a batch would pass :data:`SUBMIT_BATCH_TOKENS`."""
+    batches: list[list[p.GenerateRequest]] = []
+    tokens = 0
+    for request in requests:
+        size = len(request.prompt_ids) + len(request.resume_ids)
+        if not batches or (batches[-1] and tokens + size > SUBMIT_BATCH_TOKENS):
+            batches.append([])
+            tokens = 0
+        batches[-1].append(request)
+        tokens += size
+    return batches
 
 
 class Coordinator(Actor):
@@ -105,38 +121,56 @@ class Coordinator(Actor):
         finally:
             self._pongs.pop(seq, None)
 
-    async def submit(self, request_id: str, prompt_ids: list[int], params: p.SamplingParams) -> asyncio.Future:
-        if request_id in self.pending:
-            raise ValueError(f"request id {request_id!r} is already in flight")
-        future: asyncio.Future[p.RequestResult] = asyncio.get_running_loop().create_future()
-        if self.verifier_state.startswith("down"):
-            future.set_result(_failed(request_id, prompt_ids, f"the verifier is not running ({self.verifier_state})"))
-            return future
-        self.pending[request_id] = future
-        self.jobs[request_id] = (list(prompt_ids), params)
+    async def submit(self, jobs: list[tuple[str, list[int], p.SamplingParams]]) -> list[asyncio.Future]:
+        """Futures of the results of ``jobs`` (request id, prompt ids, params), sent to the verifier
+        in one message (:class:`~specactor.protocol.GenerateBatch`): their prompts prefill in one step."""
+        ids = [request_id for request_id, _, _ in jobs]
+        seen: set[str] = set()
+        for request_id in ids:  # all or nothing: checked before any is sent
+            if request_id in self.pending or request_id in seen:
+                raise ValueError(f"request id {request_id!r} is already in flight")
+            seen.add(request_id)
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[p.RequestResult]] = []
+        for request_id, prompt_ids, params in jobs:
+            future: asyncio.Future[p.RequestResult] = loop.create_future()
+            futures.append(future)
+            if self.verifier_state.startswith("down"):
+                future.set_result(_failed(request_id, prompt_ids, f"the verifier is not running ({self.verifier_state})"))
+                continue
+            self.pending[request_id] = future
+            self.jobs[request_id] = (list(prompt_ids), params)
         if self.verifier_state == "up":
-            await self._send_request(request_id)
-        return future  # restarting: sent once the new verifier serves
+            await self._send_requests([rid for rid in ids if rid in self.pending])
+        return futures  # restarting: sent once the new verifier serves
 
-    async def _send_request(self, request_id: str) -> int:
-        """Send one job to the verifier, resumed from its committed tokens if any; returns how many."""
-        prompt_ids, params = self.jobs[request_id]
-        version, resume_ids, resume_logprobs = self.partial.pop(request_id, (0, [], []))
-        if version != self.serving_version:  # made on other weights: not what the new verifier would make
-            resume_ids, resume_logprobs = [], []
+    async def _send_requests(self, request_ids: list[str]) -> list[int]:
+        """Send jobs to the verifier in one message, each resumed from its committed tokens if any;
+        returns how many each resumed from."""
         cfg = self.config
-        if cfg.mode == "coupled":
-            await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters[:1],
-                                                     window=cfg.k, mode=p.DraftMode.COUPLED, reason="static"))
-        elif cfg.mode == "specactor" and not cfg.policy:
-            await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
-                                                     window=cfg.max_window, mode=p.DraftMode.DECOUPLED, reason="static"))
-        if not await self.send("verifier", p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids,
-                                                             params=params, reply_to=self.name, progress=True,
-                                                             resume_ids=resume_ids, resume_logprobs=resume_logprobs)):
-            if self.verifier_state == "up":  # nothing will ever answer it: answer it now
-                self._resolve(_failed(request_id, prompt_ids, "the verifier is not running"))
-        return len(resume_ids)
+        requests, resumed = [], []
+        for request_id in request_ids:
+            prompt_ids, params = self.jobs[request_id]
+            version, resume_ids, resume_logprobs = self.partial.pop(request_id, (0, [], []))
+            if version != self.serving_version:  # made on other weights: not what the new verifier would make
+                resume_ids, resume_logprobs = [], []
+            if cfg.mode == "coupled":
+                await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters[:1],
+                                                         window=cfg.k, mode=p.DraftMode.COUPLED, reason="static"))
+            elif cfg.mode == "specactor" and not cfg.policy:
+                await self.send("verifier", p.Assignment(request_id=request_id, methods=cfg.active_drafters,
+                                                         window=cfg.max_window, mode=p.DraftMode.DECOUPLED,
+                                                         reason="static"))
+            requests.append(p.GenerateRequest(request_id=request_id, prompt_ids=prompt_ids, params=params,
+                                              reply_to=self.name, progress=True, resume_ids=resume_ids,
+                                              resume_logprobs=resume_logprobs))
+            resumed.append(len(resume_ids))
+        for batch in _batches(requests):
+            message = batch[0] if len(batch) == 1 else p.GenerateBatch(requests=batch)
+            if not await self.send("verifier", message) and self.verifier_state == "up":
+                for request in batch:  # nothing will ever answer them: answer them now
+                    self._resolve(_failed(request.request_id, request.prompt_ids, "the verifier is not running"))
+        return resumed
 
     def _progress(self, msg: p.Progress) -> None:
         """Keep each pending request's committed output (contiguous pieces only)."""
@@ -230,7 +264,7 @@ class Coordinator(Actor):
             return
         self.verifier_state = "up"
         waiting = list(self.jobs)
-        resumed = [await self._send_request(request_id) for request_id in waiting]
+        resumed = await self._send_requests(waiting)
         self.log.info("coordinator.verifier_recovered", ok=True, error="", requests=len(waiting),
                       resumed=sum(n > 0 for n in resumed), resumed_tokens=sum(resumed),
                       seconds=round(time.perf_counter() - started, 3))
@@ -322,8 +356,7 @@ class RolloutEngine:
                               {"methods": cfg.active_drafters, "max_window": cfg.max_window,
                                "profile": await self._policy_profile(),
                                "shared_methods": cfg.drafters_on_verifier,
-                               # vLLM verifies one candidate a step, not a token tree: nothing to race
-                               "racing": cfg.racing and cfg.backend == "torch"}, False)
+                               "racing": cfg.policy_races}, False)
 
     async def _policy_profile(self) -> str:
         """The cost profile the policy decides on: the file ``profile`` names, or the packaged one;
@@ -363,8 +396,8 @@ class RolloutEngine:
         return await self._submit(jobs)
 
     async def _submit(self, jobs: list[Job]) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
-        return [(job.request_id, await self.coordinator.submit(job.request_id, job.prompt_ids, job.params))
-                for job in jobs]
+        futures = await self.coordinator.submit([(job.request_id, job.prompt_ids, job.params) for job in jobs])
+        return [(job.request_id, future) for job, future in zip(jobs, futures)]
 
     async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
                        request_ids: Seq[str] | None = None, *, request_id: str | None = None) -> Any:

@@ -70,8 +70,9 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("batch", "chunk", "capture_ms"),
     ),
     "verify.graphs_captured": (
-        "The verifier captured the CUDA graphs of every step shape before serving (on a GPU).",
-        ("shapes", "seconds"),
+        "The verifier captured the CUDA graphs of every step shape before serving (on a GPU), then "
+        "served two throwaway requests so that the eager prefill's first-use costs fall before serving too.",
+        ("shapes", "seconds", "warm_up_s"),
     ),
     "verify.weights": (
         "The verifier applied (ok) or rejected a weight update; held: requests that waited for it.",

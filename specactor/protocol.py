@@ -214,6 +214,15 @@ class GenerateRequest(_Msg, tag=20):
     progress: bool = False
 
 
+class GenerateBatch(_Msg, tag=38):
+    """The samples of one call in one message, so that the verifier admits them together and
+    prefills their prompts in one step. Sent one by one, a step could start between them: on an
+    H100 the prompts then took two eager prefill steps (the second 33-58 ms, where a decode step
+    takes 7), a few percent of a short rollout."""
+
+    requests: list[GenerateRequest]
+
+
 class AbortRequest(_Msg, tag=21):
     request_id: str
     reason: str = "aborted by client"
@@ -420,6 +429,7 @@ Message = Union[
     StatsReply,
     DirectoryAck,
     GenerateRequest,
+    GenerateBatch,
     AbortRequest,
     Draft,
     DraftBatch,

@@ -11,7 +11,9 @@ import functools
 
 import pytest
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor import coordinator as coordinator_module
+from specactor import protocol as p
+from specactor.coordinator import Coordinator, EngineConfig, RolloutEngine
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.verifier.engine import Engine, sample_sequences
@@ -254,8 +256,40 @@ async def test_a_group_prefills_its_prompt_once_unless_told_not_to(tiny_checkpoi
     async with RolloutEngine(config) as engine:
         results = await engine.generate(prompts, params, request_ids=ids)
     assert {r.request_id: r.token_ids for r in results} == refs[1.0]
-    fed = sum(e["prefill_tokens"] for e in events_file() if e["event"] == "verify.step")
+    steps = [e for e in events_file() if e["event"] == "verify.step"]
+    fed = sum(e["prefill_tokens"] for e in steps)
     assert fed == sum(map(len, prompts)) * (1 if share else SAMPLES)
+    assert steps[0]["prefill_tokens"] == fed  # the call arrived in one message: one prefill step
+
+
+async def test_a_call_s_samples_reach_the_verifier_in_one_message(monkeypatch) -> None:
+    """Sent one by one, a step could start between them and prefill the rest in a second step
+    (on an H100 a second eager prefill step cost 33-58 ms, 5-8 decode steps). All or nothing: a
+    call with a request id already in flight sends nothing. A call larger than a message holds
+    goes in several, in order."""
+    coordinator = Coordinator("coordinator", EngineConfig(mode="autoregressive"))
+    sent: list[p.GenerateRequest | p.GenerateBatch] = []
+
+    async def send(peer: str, msg: p.GenerateRequest | p.GenerateBatch, **_: object) -> bool:
+        assert peer == "verifier"
+        sent.append(msg)
+        return True
+
+    monkeypatch.setattr(coordinator, "send", send)
+    params = SamplingParams(max_tokens=4)
+    futures = await coordinator.submit([(f"r{i}", [1, 2, 3], params) for i in range(5)])
+    assert len(futures) == 5 and len(sent) == 1 and isinstance(sent[0], p.GenerateBatch)
+    assert [r.request_id for r in sent[0].requests] == [f"r{i}" for i in range(5)]
+    with pytest.raises(ValueError, match="'r1' is already in flight"):
+        await coordinator.submit([("new", [1, 2], params), ("r1", [1, 2], params)])
+    with pytest.raises(ValueError, match="'twice' is already in flight"):
+        await coordinator.submit([("twice", [1, 2], params), ("twice", [1, 2], params)])
+    assert len(sent) == 1 and "new" not in coordinator.pending and "twice" not in coordinator.pending
+    monkeypatch.setattr(coordinator_module, "SUBMIT_BATCH_TOKENS", 7)
+    await coordinator.submit([(f"s{i}", [1, 2, 3], params) for i in range(5)])
+    batches = [[r.request_id for r in m.requests] if isinstance(m, p.GenerateBatch) else [m.request_id]
+               for m in sent[1:]]
+    assert batches == [["s0", "s1"], ["s2", "s3"], ["s4"]]
 
 
 def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such(monkeypatch) -> None:
@@ -278,3 +312,13 @@ def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such(monkeypatc
     assert EngineConfig(drafters=every, device="cuda").drafters_on_verifier == ["model", "learned"]  # not checked here
     policy = PolicyActor("policy", every, shared_methods=["learned"])
     assert policy.cost.shared_methods == {"learned"} and policy.fon.cost is policy.cost
+
+
+def test_the_policy_races_only_where_a_token_tree_costs_what_it_is_priced_at() -> None:
+    """Racing verifies a token tree; with CUDA graphs that step runs eagerly (on an H100 27-42 ms
+    against 6-8 ms graphed) while the profile prices it graphed; vLLM verifies one candidate."""
+    assert EngineConfig(device="cpu").policy_races
+    assert EngineConfig(device="cuda", cuda_graphs=False).policy_races
+    assert not EngineConfig(device="cuda").policy_races and EngineConfig(device="cuda").graphed
+    assert not EngineConfig(device="cpu", racing=False).policy_races
+    assert not EngineConfig(device="cpu", backend="vllm", max_batch=8).policy_races

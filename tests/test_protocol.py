@@ -29,6 +29,9 @@ EXAMPLES: dict[type, p._Msg] = {
     p.StatsReply: p.StatsReply(name="v", values={"tokens_per_s": 12.5}),
     p.GenerateRequest: p.GenerateRequest(request_id="r1", prompt_ids=[1, 2, 3], params=PARAMS, reply_to="client",
                                          resume_ids=[4, 5], resume_logprobs=[-1.0, -2.0], progress=True),
+    p.GenerateBatch: p.GenerateBatch(requests=[
+        p.GenerateRequest(request_id="r1#0", prompt_ids=[1, 2, 3], params=PARAMS, reply_to="client", progress=True),
+        p.GenerateRequest(request_id="r1#1", prompt_ids=[1, 2, 3], params=PARAMS, reply_to="client")]),
     p.AbortRequest: p.AbortRequest(request_id="r1"),
     p.Draft: p.Draft(request_id="r1", method="ngram", start=4, tokens=[9, 8, 7], draft_ns=1200),
     p.DraftBatch: p.DraftBatch(drafter="ngram", drafts=[p.Draft(request_id="r1", method="ngram", start=0, tokens=[1])]),

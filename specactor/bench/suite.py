@@ -168,8 +168,9 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
     for name in repeat_order(names, repeat):
         progress(f"T={temperature:g} {name}{label} ...")
         events = None
-        if MODES[name].engine_mode != "autoregressive" and MODES[name].kind == "engine":
-            # the policy's and verifier's decisions, for `specactor events summarize` (the last repeat's)
+        if MODES[name].kind == "engine":
+            # the policy's and verifier's decisions, for `specactor events summarize` (the last repeat's);
+            # autoregressive's too: it pays for its events as the others do, and its steps are the baseline
             events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
             Path(events).unlink(missing_ok=True)
         by_mode[name] = run_mode(MODES[name], work, temperature, update, events)

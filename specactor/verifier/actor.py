@@ -135,12 +135,13 @@ class VerifyActor(Actor):
                 ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
                                grid=grid_for(self.window), backend=GRAPHED_PROFILE if graphed else "torch",
                                measurer=functools.partial(measure, cuda_graphs=True) if graphed else None)
-            if graphed:  # every shape now, none mid-rollout
+            if graphed:  # every shape now, none mid-rollout; and the eager prefill's first-use costs
                 assert engine.graphs is not None
                 started = time.perf_counter()
                 shapes = engine.graphs.capture_all()
-                self.log.info("verify.graphs_captured", shapes=shapes,
-                              seconds=round(time.perf_counter() - started, 3))
+                captured = time.perf_counter() - started
+                self.log.info("verify.graphs_captured", shapes=shapes, seconds=round(captured, 3),
+                              warm_up_s=round(engine.warm_up(), 3))
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
@@ -186,6 +187,8 @@ class VerifyActor(Actor):
         elif isinstance(msg, (p.GenerateRequest, p.AbortRequest, p.Assignment, p.AssignmentBatch, p.WeightsCommit,
                               p.Pause, p.Resume)):
             self._inbox.append((sender, msg))
+        elif isinstance(msg, p.GenerateBatch):  # all in the inbox at once: the next step admits them together
+            self._inbox.extend((sender, request) for request in msg.requests)
         elif isinstance(msg, p.WeightsChunk):
             self._updates.add(msg)
         elif isinstance(msg, p.StatsRequest):

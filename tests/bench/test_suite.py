@@ -54,6 +54,8 @@ def test_bench_runs_every_engine_mode_and_transformers(session_cache, tiny_check
     assert any("policy update" in line for line in lines)
     events = [json.loads(line) for line in (tmp_path / "events-specactor-T1.jsonl").read_text().splitlines()]
     assert any(e["event"] == "policy.assign" for e in events)  # the policy's decisions, for the note's "why"
+    baseline = [json.loads(line) for line in (tmp_path / "events-autoregressive-T1.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "verify.step" for e in baseline)  # the baseline's steps, to compare at equal batch
     paths = write_outputs(report, tmp_path)
     assert json.loads(paths[0].read_text())["workload"]["n"] == 2
     table = paths[1].read_text()

@@ -207,3 +207,23 @@ def test_only_fresh_samples_share_a_prompt_and_a_shared_one_feeds_its_last_token
     assert follower.output_ids == alone.output_ids
     with pytest.raises(ValueError, match="cannot share"):
         engine.cache.copy_prefix(0, 1, 3)  # an empty slot has nothing to share
+
+
+def test_a_warm_up_leaves_the_engine_as_it_was() -> None:
+    """Engine.warm_up (run before serving on a GPU) serves its throwaway requests to the end: the
+    engine is idle afterwards, and what it serves next is what a fresh engine serves."""
+    model = ours_from_hf(tiny_hf_model("llama", seed=5))
+    params = SamplingParams(temperature=1.0, max_tokens=12)
+
+    def serve(engine: Engine) -> list[list[int]]:
+        seqs = [Sequence(f"r{i}", [3 + i, 5, 7, 9], params, seed=i) for i in range(3)]
+        return [s.output_ids for s in engine.run(seqs)]
+
+    fresh = serve(Engine(model, max_batch=4, max_len=96))
+    warmed = Engine(model, max_batch=4, max_len=96)
+    assert warmed.warm_up(prompt_len=200) > 0  # longer than the cache: cut to fit
+    assert not warmed.has_work and not warmed.running
+    assert serve(warmed) == fresh
+    warmed.add(Sequence("busy", [1, 2], params, seed=0))
+    with pytest.raises(RuntimeError, match="idle engine"):
+        warmed.warm_up()
