@@ -78,7 +78,9 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "The verifier applied (ok) or rejected a weight update; held: requests that waited for it.",
         ("version", "update_id", "ok", "error", "held"),
     ),
-    "draft.chunk": ("One drafting round of a DraftActor.", ("method", "requests", "tokens", "draft_ms")),
+    "draft.chunk": ("One DraftBatch a DraftActor sent: the drafts of its rounds that followed each other within "
+                    "1 ms (a request's contiguous pieces as one draft); draft_ms is their drafting time.",
+                    ("method", "requests", "tokens", "draft_ms")),
     "draft.trained": (
         "A learned drafter distilled itself on the rollouts: idle, when the verifier ran out of requests (an "
         "RL step's rollout ended); otherwise at a weight update. interrupted: a request came first, not swapped "

@@ -5,7 +5,11 @@ positions ``start ..``; it is *usable* when it agrees with every token committed
 since ``start`` (then it is trimmed to what follows), and it is dropped for good
 when it disagrees (it continues a future that did not happen). A chunk that
 continues a stored draft of the same method is appended to it, so a drafter
-that streams its lookahead in pieces is verified as one draft.
+that streams its lookahead in pieces is verified as one draft. Each method's
+drafts come from one drafter over one ordered channel, so a chunk that does not
+continue the stored draft is the fresher one, even where it starts earlier: the
+drafter rolled its lookahead back after a verdict and drafts again from the
+committed tokens.
 """
 
 from __future__ import annotations
@@ -20,22 +24,35 @@ class StoredDraft:
     tokens: list[int]
 
 
+def _agrees(draft: StoredDraft, committed: list[int]) -> bool:
+    """Whether ``draft`` agrees with every committed token it covers."""
+    overlap = min(len(committed) - draft.start, len(draft.tokens))
+    return overlap <= 0 or draft.tokens[:overlap] == committed[draft.start:draft.start + overlap]
+
+
 class DraftBook:
     def __init__(self) -> None:
         self._drafts: dict[str, dict[str, StoredDraft]] = {}
 
-    def add(self, request_id: str, method: str, start: int, tokens: list[int]) -> None:
+    def add(self, request_id: str, method: str, start: int, tokens: list[int],
+            committed: list[int] | None = None) -> None:
+        """Store a chunk. ``committed``: the request's output so far, against which a stored draft
+        that the chunk would continue is checked first (a contradicted one is dropped, so that a
+        fresh lookahead is not appended to a dead one). Before this, a piece of lookahead drafted
+        just before a verdict that rolled it back, arriving after that verdict's step, was kept,
+        and the drafter's fresh draft, which starts earlier, was ignored as late: the request's
+        drafts of that method were blocked until the output reached the stale piece."""
         if start < 0:
             raise ValueError(f"draft for {request_id!r} starts at negative position {start}")
         by_method = self._drafts.setdefault(request_id, {})
         old = by_method.get(method)
+        if old is not None and committed is not None and not _agrees(old, committed):
+            del by_method[method]
+            old = None
         if old is not None and old.start + len(old.tokens) == start:
             old.tokens.extend(tokens)
-        elif old is None or start >= old.start or not tokens:
-            # a fresher base replaces the old draft (empty drafts carry no news)
-            if tokens:
-                by_method[method] = StoredDraft(method, start, list(tokens))
-        # else: an older, non-contiguous chunk arrived late: ignore it
+        elif tokens:  # the fresher draft replaces the stored one (an empty one carries no news)
+            by_method[method] = StoredDraft(method, start, list(tokens))
 
     def candidates(self, request_id: str, committed: list[int], window: int,
                    methods: list[str] | None = None) -> list[tuple[str, list[int]]]:

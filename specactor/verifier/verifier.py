@@ -76,9 +76,10 @@ class Verifier:
 
     def add_draft(self, request_id: str, method: str, start: int, tokens: list[int]) -> bool:
         """Record a draft; False if the request is unknown or already finished."""
-        if request_id not in self.sequences:
+        seq = self.sequences.get(request_id)
+        if seq is None:
             return False
-        self.book.add(request_id, method, start, tokens)
+        self.book.add(request_id, method, start, tokens, seq.output_ids)
         if not tokens:
             self.nothing_at[request_id] = start
         return True

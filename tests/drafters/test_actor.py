@@ -9,6 +9,7 @@ import pytest
 from specactor import protocol as p
 from specactor.actor import ActorSystem
 from specactor.actor.probes import Collector
+from specactor.drafters import actor as actor_module
 from specactor.drafters.actor import DraftActor
 from specactor.drafters.base import decoupled_lookahead
 from specactor.drafters.ngram import NgramDrafter
@@ -57,15 +58,41 @@ async def test_a_decoupled_lookup_drafter_fills_the_step_in_flight_and_the_next_
         assert [(d.start, d.tokens) for d in drafts] == [(lookahead, SEGMENT[4 + lookahead:4 + 9 + lookahead])]
 
 
-async def test_a_drafter_that_is_not_a_lookup_drafts_k_tokens_a_round(monkeypatch: pytest.MonkeyPatch) -> None:
+async def _batches(verifier: Collector, quiet_s: float = 0.3) -> list[list[p.Draft]]:
+    """Every DraftBatch's non-empty drafts until the drafter has been quiet for ``quiet_s``."""
+    out: list[list[p.Draft]] = []
+    while True:
+        try:
+            _, msg = await asyncio.wait_for(verifier.received.get(), quiet_s)
+        except asyncio.TimeoutError:
+            return out
+        assert isinstance(msg, p.DraftBatch)
+        out.append([d for d in msg.drafts if d.tokens])
+
+
+@pytest.mark.parametrize("coalesce_s", [0.0, 60.0])
+async def test_a_drafter_that_is_not_a_lookup_drafts_k_tokens_a_round_and_sends_rounds_together(
+        monkeypatch: pytest.MonkeyPatch, coalesce_s: float) -> None:
+    """Rounds in quick succession go to the verifier as one DraftBatch, a request's contiguous
+    pieces as one draft (each message costs the verifier's event loop time its step needs);
+    with no time to hold them, one message a round."""
     monkeypatch.setattr(NgramDrafter, "lookup", False)
+    monkeypatch.setattr(actor_module, "COALESCE_S", coalesce_s)
     lookahead = decoupled_lookahead(WINDOW)
     async with ActorSystem("inproc") as system:
-        verifier = await _start(system, k=4)
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
+        await system.spawn(drafter)
         await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, lookahead))
-        drafts = await _drafts(verifier)
-    assert [len(d.tokens) for d in drafts] == [4, 4, 4, 4, 1]
+        batches = await _batches(verifier)
+    assert drafter.stats["rounds"] == 5  # 4 + 4 + 4 + 4 + 1
+    drafts = [d for batch in batches for d in batch]
     assert sum((d.tokens for d in drafts), []) == SEGMENT[4:4 + lookahead]
+    if coalesce_s:
+        assert [[(d.start, len(d.tokens)) for d in batch] for batch in batches] == [[(0, lookahead)]]
+    else:
+        assert [[len(d.tokens) for d in batch] for batch in batches] == [[4], [4], [4], [4], [1]]
 
 
 async def test_a_coupled_request_drafts_at_most_the_window_and_waits() -> None:
