@@ -19,16 +19,21 @@ WINDOW = 8
 SEGMENT = list(range(100, 140))
 
 
-async def _drafts(verifier: Collector, quiet_s: float = 0.3) -> list[p.Draft]:
-    """Every Draft the drafter sends until it has been quiet for ``quiet_s``."""
-    out: list[p.Draft] = []
+async def _batches(verifier: Collector, quiet_s: float = 0.3) -> list[list[p.Draft]]:
+    """Every DraftBatch's non-empty drafts until the drafter has been quiet for ``quiet_s``."""
+    out: list[list[p.Draft]] = []
     while True:
         try:
             _, msg = await asyncio.wait_for(verifier.received.get(), quiet_s)
         except asyncio.TimeoutError:
             return out
         assert isinstance(msg, p.DraftBatch)
-        out.extend(d for d in msg.drafts if d.tokens)
+        out.append([d for d in msg.drafts if d.tokens])
+
+
+async def _drafts(verifier: Collector, quiet_s: float = 0.3) -> list[p.Draft]:
+    """Every Draft the drafter sends until it has been quiet for ``quiet_s``."""
+    return [d for batch in await _batches(verifier, quiet_s) for d in batch]
 
 
 async def _start(system: ActorSystem, k: int = 4) -> Collector:
@@ -56,18 +61,6 @@ async def test_a_decoupled_lookup_drafter_fills_the_step_in_flight_and_the_next_
             p.Verdict(request_id="r", start=0, tokens=SEGMENT[4:13], accepted=8, drafted=8)]))
         drafts = await _drafts(verifier)
         assert [(d.start, d.tokens) for d in drafts] == [(lookahead, SEGMENT[4 + lookahead:4 + 9 + lookahead])]
-
-
-async def _batches(verifier: Collector, quiet_s: float = 0.3) -> list[list[p.Draft]]:
-    """Every DraftBatch's non-empty drafts until the drafter has been quiet for ``quiet_s``."""
-    out: list[list[p.Draft]] = []
-    while True:
-        try:
-            _, msg = await asyncio.wait_for(verifier.received.get(), quiet_s)
-        except asyncio.TimeoutError:
-            return out
-        assert isinstance(msg, p.DraftBatch)
-        out.append([d for d in msg.drafts if d.tokens])
 
 
 @pytest.mark.parametrize("coalesce_s", [0.0, 60.0])
