@@ -141,7 +141,14 @@ class Coordinator(Actor):
             self.pending[request_id] = future
             self.jobs[request_id] = (list(prompt_ids), params)
         if self.verifier_state == "up":
-            await self._send_requests([rid for rid in ids if rid in self.pending])
+            sent = [rid for rid in ids if rid in self.pending]
+            try:
+                await self._send_requests(sent)
+            except BaseException:  # nothing of the call stays in flight: it may be submitted again
+                for request_id in sent:
+                    self.pending.pop(request_id, None)
+                    self.jobs.pop(request_id, None)
+                raise
         return futures  # restarting: sent once the new verifier serves
 
     async def _send_requests(self, request_ids: list[str]) -> list[int]:

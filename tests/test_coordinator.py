@@ -291,6 +291,14 @@ async def test_a_call_s_samples_reach_the_verifier_in_one_message(monkeypatch) -
                for m in sent[1:]]
     assert batches == [["s0", "s1"], ["s2", "s3"], ["s4"]]
 
+    async def broken(peer: str, msg: object, **_: object) -> bool:
+        raise RuntimeError("socket gone")
+
+    monkeypatch.setattr(coordinator, "send", broken)
+    with pytest.raises(RuntimeError, match="socket gone"):
+        await coordinator.submit([("u0", [1, 2], params), ("u1", [1, 2], params)])
+    assert not {"u0", "u1"} & (set(coordinator.pending) | set(coordinator.jobs))  # may be submitted again
+
 
 def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such(monkeypatch) -> None:
     """The policy adds the drafting time of a drafter that computes on the verifier's own

@@ -244,6 +244,7 @@ class DraftActor(Actor):
         self._need_draft.add(msg.request_id)
 
     def _untrack(self, request_id: str) -> None:
+        self._drop_unsent(request_id)
         state = self.states.pop(request_id, None)
         if state is not None and self.drafter is not None:
             self.drafter.finish(state)
@@ -260,6 +261,7 @@ class DraftActor(Actor):
                 continue
             if not state.observe(verdict.start, verdict.tokens):
                 self.stats["rollbacks"] += 1
+                self._drop_unsent(verdict.request_id)
             self.drafter.observe(state, verdict.start, verdict.tokens)
             self._need_draft.add(verdict.request_id)
             self._stalled.pop(verdict.request_id, None)
@@ -301,8 +303,8 @@ class DraftActor(Actor):
                 await self._apply_commits()
             ready = self._ready()
             if not ready:
+                self._wake.clear()  # before the flush: a message handled while it sends wakes the wait
                 await self._flush()
-                self._wake.clear()
                 await self._wake.wait()
                 continue
             room = max(self.windows[s.request_id] - len(s.lookahead) for s in ready)
@@ -330,8 +332,10 @@ class DraftActor(Actor):
             self.stats["tokens"] += sum(len(d.tokens) for d in drafts)
             self.stats["draft_s"] += elapsed
             self._hold(drafts, t0, elapsed)
-            # a coupled request's verifier waits for its draft; a decoupled one's can be held briefly
-            if any(s.request_id in self.coupled for s in ready) or time.perf_counter() - self._unsent_since >= COALESCE_S:
+            # a coupled request's verifier waits for its draft; a decoupled one's is held while
+            # another round like this one would still end within COALESCE_S of the first held
+            if any(s.request_id in self.coupled for s in ready) \
+                    or time.perf_counter() - self._unsent_since + elapsed >= COALESCE_S:
                 await self._flush()
             self._apply_queued()
             await asyncio.sleep(0)  # let verdicts in between rounds
@@ -351,6 +355,11 @@ class DraftActor(Actor):
             else:
                 self._unsent.append(draft)
                 last[draft.request_id] = draft
+
+    def _drop_unsent(self, request_id: str) -> None:
+        """Forget the held drafts of a request whose lookahead was rolled back or that is no longer
+        tracked: they continue a future that did not happen (and a redraft must not join them)."""
+        self._unsent = [d for d in self._unsent if d.request_id != request_id]
 
     async def _flush(self) -> None:
         """Send the held drafts to the verifier, one DraftBatch."""

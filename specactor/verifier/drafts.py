@@ -73,7 +73,10 @@ class DraftBook:
                 continue
             if overlap >= len(draft.tokens):
                 continue  # all of it is committed already; a continuing chunk may still extend it
-            out.append((method, draft.tokens[overlap:overlap + window]))
+            if overlap:  # what is committed need not be checked again (by add() either)
+                del draft.tokens[:overlap]
+                draft.start = now
+            out.append((method, draft.tokens[:window]))
         return out
 
     def drop_method(self, request_id: str, method: str) -> None:

@@ -211,10 +211,15 @@ class Engine(ServesToCompletion):
         if self.has_work:
             raise RuntimeError("warm_up() needs an idle engine: requests are being served")
         started = time.perf_counter()
-        top = max(2, min(prompt_len, self.cache.max_len - 3))
-        for i, n in enumerate((top, max(1, top // 2))):
-            prompt = [(7 * j + i) % self.vocab_size for j in range(n)]
-            self.add(Sequence(f"warm-up-{i}", prompt, SamplingParams(temperature=1.0, max_tokens=2), seed=i))
+        top = min(prompt_len, self.cache.max_len - 2)  # room for the two tokens
+        if top < 1:
+            return 0.0
+        warm = [Sequence(f"warm-up-{i}", [(7 * j + i) % self.vocab_size for j in range(n)],
+                         SamplingParams(temperature=1.0, max_tokens=2), seed=i)
+                for i, n in enumerate((top, max(1, top // 2)))]
+        for seq in warm:
+            self.check(seq)  # all or nothing
+        self.waiting.extend(warm)
         while self.has_work:
             self.step()
         return time.perf_counter() - started

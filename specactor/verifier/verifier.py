@@ -79,6 +79,8 @@ class Verifier:
         seq = self.sequences.get(request_id)
         if seq is None:
             return False
+        # on the event loop while the step thread may append to output_ids: it only ever grows,
+        # and a contradiction found on a prefix of it stays one
         self.book.add(request_id, method, start, tokens, seq.output_ids)
         if not tokens:
             self.nothing_at[request_id] = start

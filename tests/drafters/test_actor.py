@@ -199,3 +199,41 @@ async def test_a_training_round_that_raises_leaves_the_actor_serving(tiny_checkp
         await verifier.send("draft-learned", p.StatsRequest())
         _, reply = await asyncio.wait_for(verifier.received.get(), 10)
     assert isinstance(reply, p.StatsReply) and reply.values["ready"] == 0 and reply.values["trained"] == 0
+
+
+async def test_a_coupled_request_s_draft_is_not_held_for_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its verifier waits for it: a round with a coupled request sends at once what is held, even
+    where decoupled rounds would be held for a minute."""
+    monkeypatch.setattr(NgramDrafter, "lookup", False)
+    monkeypatch.setattr(actor_module, "COALESCE_S", 60.0)
+    async with ActorSystem("inproc") as system:
+        verifier = await _start(system, k=4)
+        coupled = p.Track(request_id="c", context_ids=SEGMENT + SEGMENT[:4], prompt_len=len(SEGMENT) + 4,
+                          window=WINDOW, mode=p.DraftMode.COUPLED)
+        decoupled = p.Track(request_id="d", context_ids=SEGMENT + SEGMENT[:4], prompt_len=len(SEGMENT) + 4,
+                            window=decoupled_lookahead(WINDOW), mode=p.DraftMode.DECOUPLED)
+        await verifier.send("draft-ngram", coupled)
+        await verifier.send("draft-ngram", decoupled)
+        batches = await _batches(verifier)
+    assert any(d.request_id == "c" for d in batches[0])
+    assert len(batches) >= 2  # the decoupled lookahead's later rounds went together, after it
+    assert sum((d.tokens for batch in batches for d in batch if d.request_id == "d"), []) == \
+        SEGMENT[4:4 + decoupled_lookahead(WINDOW)]
+
+
+def test_held_drafts_of_a_rolled_back_or_untracked_request_are_dropped() -> None:
+    """They continue a lookahead the verdict contradicted: sent, the verifier would drop them, and a
+    redraft that continued them would be dropped with them."""
+    actor = DraftActor("draft-ngram", "ngram", k=4, window=WINDOW)
+    actor.drafter = NgramDrafter()
+    for rid in ("r", "s"):
+        actor._track(p.Track(request_id=rid, context_ids=SEGMENT, prompt_len=len(SEGMENT), window=WINDOW,
+                             mode=p.DraftMode.DECOUPLED))
+        actor.states[rid].lookahead.extend([1, 2])
+    actor._hold([p.Draft(request_id=rid, method="ngram", start=0, tokens=[1, 2]) for rid in ("r", "s")], 0.0, 0.0)
+    actor._apply([p.Verdict(request_id="r", start=0, tokens=[1], accepted=1, drafted=1)])  # agrees: kept
+    assert [d.request_id for d in actor._unsent] == ["r", "s"]
+    actor._apply([p.Verdict(request_id="r", start=1, tokens=[9], accepted=0, drafted=1)])  # contradicts 2
+    assert [d.request_id for d in actor._unsent] == ["s"]
+    actor._untrack("s")
+    assert actor._unsent == []

@@ -222,7 +222,10 @@ def test_a_warm_up_leaves_the_engine_as_it_was() -> None:
     fresh = serve(Engine(model, max_batch=4, max_len=96))
     warmed = Engine(model, max_batch=4, max_len=96)
     assert warmed.warm_up(prompt_len=200) > 0  # longer than the cache: cut to fit
-    assert not warmed.has_work and not warmed.running
+    assert warmed.steps >= 2 and not warmed.has_work and not warmed.running  # a prefill, then a decode step
+    assert Engine(model, max_batch=2, max_len=2).warm_up() == 0.0  # no room for a prompt and its tokens
+    tiny = Engine(model, max_batch=2, max_len=3)
+    assert tiny.warm_up() > 0 and not tiny.has_work
     assert serve(warmed) == fresh
     warmed.add(Sequence("busy", [1, 2], params, seed=0))
     with pytest.raises(RuntimeError, match="idle engine"):
