@@ -3,9 +3,9 @@
 ``specactor events summarize EVENTS.jsonl`` prints, per drafting method, the
 drafts, tokens drafted and accepted, mean accepted length and share of the
 committed tokens; per actor, busy and idle time; the verifier's steps by batch
-size (median forward time, tokens drafted and committed a step: two runs of the
-same work compare at equal batch, so a slower run shows whether its drafts or
-its forwards cost); the tail (after 90% of the requests finished); and what the
+size (median forward and step time, tokens drafted and committed a step: two
+runs of the same work compare at equal batch, so a slower run shows whether its
+drafts, its forwards or the rest of its steps cost); the tail (after 90% of the requests finished); and what the
 policy decided. ``specactor events plot``
 draws batch size and tokens/s over time, acceptance per method over the
 rollout, and one lane per request coloured by its assigned drafter.
@@ -76,6 +76,9 @@ class BatchSteps:
     """The verify steps that ran at one batch size."""
 
     forward_ms: list[float] = field(default_factory=list)
+    #: the whole step (sampling and bookkeeping too): on a GPU the forward is the device's time, and
+    #: the host's share around it is where two runs at the same batch can differ (session 22: 10%)
+    step_ms: list[float] = field(default_factory=list)
     drafted: int = 0
     committed: int = 0
 
@@ -86,6 +89,10 @@ class BatchSteps:
     @property
     def median_forward_ms(self) -> float:
         return statistics.median(self.forward_ms) if self.forward_ms else 0.0
+
+    @property
+    def median_step_ms(self) -> float:
+        return statistics.median(self.step_ms) if self.step_ms else 0.0
 
 
 @dataclass
@@ -140,6 +147,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             busy[e.get("actor", "verifier")] += float(e.get("step_ms", e.get("forward_ms", 0))) / 1000
             at = by_batch[int(e.get("batch_size", 0))]
             at.forward_ms.append(float(e.get("forward_ms", e.get("step_ms", 0))))
+            at.step_ms.append(float(e.get("step_ms", e.get("forward_ms", 0))))
             at.drafted += int(e.get("drafted", 0))
             at.committed += int(e.get("new_tokens", 0))
             if e.get("graph"):
@@ -195,11 +203,11 @@ def format_summary(s: Summary) -> str:
         lines.append(f"| {actor} | {seconds:.2f} s ({seconds / max(s.span_s, 1e-9):.0%}) | "
                      f"{max(s.span_s - seconds, 0):.2f} s |")
     if s.by_batch:
-        lines += ["", "| batch | verify steps | forward, median | drafted a step | committed a step |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| batch | verify steps | forward, median | step, median | drafted a step | committed a step |",
+                  "|---|---|---|---|---|---|"]
         for batch, at in s.by_batch.items():  # batch 0: a first step, counted before its prompts joined
-            lines.append(f"| {batch} | {at.steps} | {at.median_forward_ms:.1f} ms | {at.drafted / at.steps:.2f} | "
-                         f"{at.committed / at.steps:.2f} |")
+            lines.append(f"| {batch} | {at.steps} | {at.median_forward_ms:.1f} ms | {at.median_step_ms:.1f} ms | "
+                         f"{at.drafted / at.steps:.2f} | {at.committed / at.steps:.2f} |")
     if s.graphs is not None:
         g, steps = s.graphs, sum(at.steps for at in s.by_batch.values())
         median = f", median step {statistics.median(g.step_ms):.1f} ms" if g.step_ms else ""

@@ -74,10 +74,10 @@ def test_steps_by_batch_size_give_the_median_forward_and_per_step_tokens() -> No
     summary = summarize(events)
     assert list(summary.by_batch) == [2, 4]
     four, two = summary.by_batch[4], summary.by_batch[2]
-    assert (four.steps, four.median_forward_ms, four.drafted, four.committed) == (3, 44.0, 8, 18)
-    assert (two.steps, two.median_forward_ms, two.drafted, two.committed) == (2, 32.0, 6, 10)
+    assert (four.steps, four.median_forward_ms, four.median_step_ms, four.drafted, four.committed) == (3, 44.0, 45.0, 8, 18)
+    assert (two.steps, two.median_forward_ms, two.median_step_ms, two.drafted, two.committed) == (2, 32.0, 33.0, 6, 10)
     text = format_summary(summary)
-    assert "| 4 | 3 | 44.0 ms | 2.67 | 6.00 |" in text and "| 2 | 2 | 32.0 ms | 3.00 | 5.00 |" in text
+    assert "| 4 | 3 | 44.0 ms | 45.0 ms | 2.67 | 6.00 |" in text and "| 2 | 2 | 32.0 ms | 33.0 ms | 3.00 | 5.00 |" in text
 
 
 def test_steps_replayed_as_cuda_graphs_are_counted_by_their_step_time() -> None:
@@ -106,7 +106,7 @@ def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
                          capture_output=True, text=True, check=True).stdout
     assert "| method |" in out and ("ngram" in out or "suffix" in out)
     assert "tail (after 90% of requests finished)" in out
-    assert "| batch | verify steps | forward, median |" in out
+    assert "| batch | verify steps | forward, median | step, median |" in out
     png = tmp_path / "fig.png"
     subprocess.run([sys.executable, "-m", "specactor.cli", "events", "plot", str(path), "--out", str(png)],
                    capture_output=True, text=True, check=True)
