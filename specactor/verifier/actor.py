@@ -140,8 +140,9 @@ class VerifyActor(Actor):
                 started = time.perf_counter()
                 shapes = engine.graphs.capture_all()
                 captured = time.perf_counter() - started
+                warm_up_s = engine.warm_up()
                 self.log.info("verify.graphs_captured", shapes=shapes, seconds=round(captured, 3),
-                              warm_up_s=round(engine.warm_up(), 3))
+                              warm_up_s=round(warm_up_s, 3))
             self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 

@@ -67,10 +67,10 @@ class DraftBook:
             draft = by_method[method]
             if draft.start > now:
                 continue  # drafted past an unverified lookahead: not yet usable
-            overlap = now - draft.start
-            if draft.tokens[:overlap] != committed[draft.start:now]:
+            if not _agrees(draft, committed):
                 del by_method[method]  # contradicted: can never become usable
                 continue
+            overlap = now - draft.start
             if overlap >= len(draft.tokens):
                 continue  # all of it is committed already; a continuing chunk may still extend it
             if overlap:  # what is committed need not be checked again (by add() either)
