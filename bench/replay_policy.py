@@ -46,6 +46,7 @@ from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
 from specactor.bench.replay_workload import REPLAY_METHODS, samples_of
 from specactor.drafters.base import DEFAULT_WINDOW
+from specactor.policy.actor import DORMANT_SLOWDOWN
 from specactor.policy.bandit import FastestOfN
 from specactor.policy.cost_model import CostModel
 
@@ -152,6 +153,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="longest draft (default %(default)s)")
     parser.add_argument("--plan-every", type=int, default=4, help="steps between plans (live: 4)")
     parser.add_argument("--lag", type=int, default=2, help="steps before a plan takes effect (live: about 2)")
+    parser.add_argument("--dormant", type=int, default=DORMANT_SLOWDOWN,
+                        help=f"how many times less often the policy plans while every request is off "
+                             f"(live: {DORMANT_SLOWDOWN}; 1: the cadence of earlier replays)")
     parser.add_argument("--reported", type=float, default=1.0,
                         help="the share of a step's time the policy is told: 1 = the truth (default); ~0.1 "
                              "replays a GPU whose steps were timed by the host's clock, their launch only")
@@ -193,7 +197,7 @@ def main() -> None:
     try:
         settings = ReplaySettings(CostModel.from_profile(args.profile), methods, args.window, args.plan_every,
                                   args.lag, parse_options(args.option), parse_drafter_options(args.drafter_option),
-                                  args.seeds, args.reported)
+                                  args.seeds, args.reported, args.dormant)
         if args.learned_on_verifier:
             settings.cost.shared_methods.add(LEARNED)
         if args.learned:

@@ -59,11 +59,13 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "system.shutdown": ("The supervisor stopped every actor.", ("actors", "seconds")),
     "verify.step": (
-        "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts]; graph: the "
+        "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts] verified; "
+        "shadowed: the same for the drafts of requests that were off but shadow-scored, checked against the "
+        "step's committed token and not verified; graph: the "
         "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly; forward_ms: "
         "the forward as the device ran it, on a GPU timed by CUDA events; step_ms: the whole step).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",
-         "waited_ms", "methods", "graph"),
+         "waited_ms", "methods", "shadowed", "graph"),
     ),
     "verify.graph_captured": (
         "The verifier captured a CUDA graph for a new step shape (inside that step's step_ms).",

@@ -27,6 +27,7 @@ from typing import Any
 from specactor.bench.measure import phase_split
 from specactor.bench.replay_workload import ReplayRequest, replay_requests
 from specactor.drafters.base import DEFAULT_WINDOW
+from specactor.policy.actor import DORMANT_SLOWDOWN
 from specactor.policy.bandit import ACCEPTANCE_MODELS, FastestOfN
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
@@ -49,6 +50,7 @@ class ReplaySettings:
     drafter_options: dict[str, dict] = field(default_factory=dict)
     seeds: int = 1  # policy seeds (Thompson draws, explorations) per Fastest-of-N run
     reported: float = 1.0  # the share of a step's time the policy is told (see Simulator)
+    dormant: int = DORMANT_SLOWDOWN  # live: plans that much less often while every request is off
 
 
 class _Perfect(ReplayRequest):
@@ -83,7 +85,7 @@ def run(samples: list[Sample], name: str, settings: ReplaySettings, history: lis
         requests = replay_requests(samples, settings.methods, history, name == "clairvoyant",
                                    settings.drafter_options)
     result = Simulator(settings.cost, plan_every=settings.plan_every, lag=settings.lag,
-                       reported=settings.reported).run(
+                       reported=settings.reported, dormant=settings.dormant).run(
         requests, make_policy(name, settings, seed))
     one, two = phase_split(list(result.finish_s.values()), result.makespan_s)
     return {"makespan_s": result.makespan_s, "phase1_s": one, "phase2_s": two, "steps": result.steps,

@@ -169,9 +169,10 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
         progress(f"T={temperature:g} {name}{label} ...")
         events = None
         if MODES[name].kind == "engine":
-            # the policy's and verifier's decisions, for `specactor events summarize` (the last repeat's);
-            # autoregressive's too: it pays for its events as the others do, and its steps are the baseline
-            events = str(Path(opts.out) / f"events-{name.replace(' ', '-')}-T{temperature:g}.jsonl")
+            # the policy's and verifier's decisions, for `specactor events summarize` (each repeat's: a
+            # repeat's own path through the policy is what tells two runs apart); autoregressive's too:
+            # it pays for its events as the others do, and its steps are the baseline
+            events = str(Path(opts.out) / events_name(name, temperature, repeat))
             Path(events).unlink(missing_ok=True)
         by_mode[name] = run_mode(MODES[name], work, temperature, update, events)
         with open(Path(opts.out) / RUNS_LOG, "a") as log:  # each run on disk as soon as it ends
@@ -193,6 +194,12 @@ def _run_modes(opts: BenchOptions, work: Workload, temperature: float, update: P
             if name != "autoregressive":
                 progress(f"  {name} epoch {record.epoch + 1}: differing from autoregressive {record.differing}")
     return {name: by_mode[name] for name in names}
+
+
+def events_name(mode: str, temperature: float, repeat: int = 0) -> str:
+    """The event log of a mode's run: ``events-MODE-T1.jsonl`` for the first repeat, ``-r2`` on for
+    the later ones."""
+    return f"events-{mode.replace(' ', '-')}-T{temperature:g}" + (f"-r{repeat + 1}" if repeat else "") + ".jsonl"
 
 
 def repeat_order(names: Sequence[str], repeat: int) -> list[str]:

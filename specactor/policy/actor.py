@@ -33,6 +33,8 @@ from specactor.policy.cost_model import CostModel
 
 #: the most of the wall time between two plans that planning may take
 PLAN_SHARE = 0.25
+#: while every request is off the policy plans, and asks the drafters for timings, this many times less often
+DORMANT_SLOWDOWN = 4
 #: weight of the newest plan (or step) in the running estimate of a plan's (a step's) seconds
 TIMING_WEIGHT = 0.3
 
@@ -132,7 +134,7 @@ class PolicyActor(Actor):
         # while every request is off (nothing drafts, nothing explores) a plan rarely changes and the
         # drafters' timings hardly move: plan and ask 4x less often, so that where speculation cannot
         # pay the policy costs next to nothing
-        slow = 4 if self._dormant else 1
+        slow = DORMANT_SLOWDOWN if self._dormant else 1
         if self.counters["steps"] % (self.stats_every * slow) == 0:
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
@@ -194,7 +196,9 @@ class PolicyActor(Actor):
             self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
                           window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
                           reason=choice.reason)
-        self._dormant = not any(choice.window for choice in plan.values())
+        # dormant: nothing drafts, nothing is shadow-scored; a shadowed request's scores are news that
+        # a plan must act on (a T=0 tail that repeated itself waited up to 16 steps for the next plan)
+        self._dormant = not any(choice.window or choice.methods for choice in plan.values())
         if changes:
             await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
         if step % self.stats_every == 0:

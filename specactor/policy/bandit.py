@@ -104,6 +104,13 @@ from specactor.policy.window_sweep import WindowSweep
 SCHEMES = ("thompson", "ucb", "greedy")
 #: committed tokens that, with the method and the draft's length, make drafts in a round one experiment
 SAME_CONTEXT = 8
+#: a free method's scores in a shadow period that judge it (right ``shadow_keep`` of them: it goes on)
+SHADOW_EVIDENCE = 4
+#: a shadow period with no score yet (its drafts still on their way) is extended, up to this many periods in all
+SHADOW_WAIT = 4
+#: scores of a kept period that mark a change of text (its older misses are dropped); with 4, chance
+#: runs at T=1 turned requests on that did not pay (32B GPU shape, held-out T=1: 0.96x -> 0.94x)
+SHADOW_CHANGE = 8
 #: how the acceptance a choice is made on depends on the request's past drafts (see the module docstring)
 ACCEPTANCE_MODELS = ("geometric", "markov")
 
@@ -184,6 +191,8 @@ class _Request:
     shadow_to: float = 0.0  # plan round at which its current shadow period ends
     shadow_from: float = 0.0  # plan round from which its next one may start
     shadow_gap: int = 0  # rounds between the end of the next period and the one after (0: not yet set)
+    shadow_start: float = 0.0  # plan round at which its current shadow period began
+    period: dict[str, list[float]] = field(default_factory=dict)  # per method: [right, checked] this shadow period
 
 
 class FastestOfN:
@@ -280,6 +289,10 @@ class FastestOfN:
         if req is not None:
             req.arms.setdefault(method, Acceptance()).observe(drafted, accepted, self.token_decay)
             req.drafts_seen += 1
+            if request_id in self.shadowed:
+                tally = req.period.setdefault(method, [0.0, 0.0])
+                tally[0] += accepted
+                tally[1] += accepted + (accepted < drafted)
             if self.markov:
                 (req.runs if in_run else req.fresh).setdefault(method, Acceptance()).observe(
                     drafted, accepted, self.token_decay)
@@ -536,22 +549,39 @@ class FastestOfN:
 
     def _shadow_period(self, req: _Request, free: list[str]) -> bool:
         """Whether an off request is shadowed now: periods of ``shadow_rounds`` rounds, the gaps
-        between them doubling while it stays off; a period whose scores say a free method is
-        right nearly always (``shadow_keep``) goes on, since one committed token a step is all a
-        request that is off can show, and a period's worth does not move its posterior enough to
-        turn it on (a T=0 tail that repeated itself exactly stayed off at batch 12 for 50 steps)."""
-        if self.rounds >= req.shadow_to and any(
-                (arm := req.arms.get(m)) is not None and arm.weight >= 4 and arm.mean >= self.shadow_keep
-                for m in free):
-            req.shadow_to = self.rounds + self.shadow_rounds
-            req.shadow_from = req.shadow_to + self.shadow_gap
-            req.shadow_gap = self.shadow_gap
-        elif self.rounds >= req.shadow_to and self.rounds >= req.shadow_from:
+        between them doubling while it stays off. A period is judged by its own scores once a free
+        method has ``SHADOW_EVIDENCE`` of them: one right nearly always (``shadow_keep``) goes on,
+        since one committed token a step is all a request that is off can show, and a period's
+        worth does not move its posterior enough to turn it on (a T=0 tail that repeated itself
+        exactly stayed off at batch 12 for 50 steps); once such a period has ``SHADOW_CHANGE``
+        scores, its older misses of that method are dropped (another text's: it began repeating
+        itself). A period with no score yet (live, drafts come a few steps after the plan; and a
+        plan that explores is followed by one a step later, each a round) is extended, up to
+        ``SHADOW_WAIT`` periods in all; one with a few scores is not (extended until it had 4, a
+        T=1 tail was shadowed most of the time, and its drafting took CPU from the verifier)."""
+        if self.rounds < req.shadow_to:
+            return True
+        if req.shadow_to and not any(req.period.get(m, (0, 0))[1] for m in free) \
+                and self.rounds < req.shadow_start + SHADOW_WAIT * self.shadow_rounds:
+            req.shadow_to = self.rounds + self.shadow_rounds  # its scores are on their way
+            return True
+        kept = [m for m in free if (tally := req.period.get(m)) is not None and tally[1] >= SHADOW_EVIDENCE
+                and tally[0] >= self.shadow_keep * tally[1]]
+        if req.shadow_to and kept:
+            for m in kept:
+                arm, (right, checked) = req.arms.get(m), req.period[m]
+                if arm is not None and checked >= SHADOW_CHANGE:  # its text changed: older misses are another text's
+                    arm.failures = min(arm.failures, checked - right)
+            gap = self.shadow_gap
+        elif self.rounds >= req.shadow_from:
             gap = req.shadow_gap or self.shadow_gap
-            req.shadow_to = self.rounds + self.shadow_rounds
-            req.shadow_from = req.shadow_to + gap
-            req.shadow_gap = min(2 * gap, self.max_shadow_gap)
-        return self.rounds < req.shadow_to
+        else:
+            return False
+        req.shadow_start, req.shadow_to = self.rounds, self.rounds + self.shadow_rounds
+        req.shadow_from = req.shadow_to + gap
+        req.shadow_gap = self.shadow_gap if kept else min(2 * gap, self.max_shadow_gap)
+        req.period.clear()
+        return True
 
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:

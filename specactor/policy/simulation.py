@@ -7,9 +7,11 @@ different instance, or another profile, from the policy's) says for the tokens
 it is fed and the rows that verify drafts. A policy with a ``cost`` model of its
 own has it corrected online from the true step times, as the PolicyActor does;
 ``plan_every`` re-plans every that many steps (and after a step where the
-policy says ``replan_soon``), as the PolicyActor does. A policy is
-anything with ``add_request / remove_request / observe / observe_commit /
-plan(batch)`` (``FastestOfN``, or the fixed and random baselines below). The
+policy says ``replan_soon``), as the PolicyActor does, and ``dormant`` times
+less often while the last plan had every request off and none shadow-scored
+(the PolicyActor's cadence then). A policy is anything with ``add_request /
+remove_request / observe / observe_commit / plan(batch)`` (``FastestOfN``, or
+the fixed and random baselines below). The
 simulator draws accepted lengths from the truncated geometric law the cost
 model assumes, with its own seeded generator, so two policies run on the same
 seed see the same workload. A request with several methods commits the best
@@ -162,16 +164,19 @@ def _drafted_ahead(last: str | None, window: int) -> int:
 
 class Simulator:
     def __init__(self, cost: CostModel, seed: int = 0, plan_every: int = 1, lag: int = 0,
-                 reported: float = 1.0) -> None:
+                 reported: float = 1.0, dormant: int = 1) -> None:
         """``lag``: steps before a plan takes effect. Live it is about 2: the verifier steps on while
         the policy plans, applies the plan between steps, and the drafters' first drafts reach
         the step after that. ``reported``: the share of a step's time its report tells the policy
-        (1: the truth; a graphed GPU step timed by the host's clock told its launch only, ~0.03)."""
+        (1: the truth; a graphed GPU step timed by the host's clock told its launch only, ~0.03).
+        ``dormant``: how many times less often it plans while every request is off (live: the
+        PolicyActor's ``DORMANT_SLOWDOWN``)."""
         self.cost = cost
         self.seed = seed
         self.plan_every = max(1, plan_every)
         self.lag = max(0, lag)
         self.reported = reported
+        self.dormant = max(1, dormant)
 
     def run(self, requests: list[Request], policy: Policy, max_steps: int = 100_000) -> SimResult:
         rng = random.Random(self.seed)
@@ -186,10 +191,14 @@ class Simulator:
         plan: dict[str, Choice] = {}
         pending: list[tuple[int, dict[str, Choice]]] = []  # (step it takes effect, plan)
         lookahead: dict[tuple[str, str], str] = {}  # (request, method) -> what its last draft's verdict left
+        every = self.plan_every
         while committed and steps < max_steps:
             batch = len(committed)
-            if steps % self.plan_every == 0 or getattr(policy, "replan_soon", False):
-                pending.append((steps + self.lag, policy.plan(batch, step=steps)))
+            if steps % every == 0 or getattr(policy, "replan_soon", False):
+                made = policy.plan(batch, step=steps)
+                pending.append((steps + self.lag, made))
+                idle = not any(c.window or c.methods for c in made.values())  # nothing drafts or is scored
+                every = self.plan_every * (self.dormant if idle else 1)
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
             now = {rid: plan.get(rid) or Choice([], 0, True) for rid in committed}

@@ -418,6 +418,7 @@ class VerifyActor(Actor):
             busy = time.perf_counter() - t0
             verified = _per_method(report.verdicts)  # before retire() adds the unverified drafts' scores
             verifier.retire(report)
+            shadowed = _per_method([v for v in report.verdicts if not v.drafted and v.scores])
             self.stats["steps"] += 1
             self._steps_since_trim += 1
             self.stats["tokens"] += report.new_tokens
@@ -429,7 +430,8 @@ class VerifyActor(Actor):
                           prefill_tokens=report.prefill_tokens, drafted=report.drafted, accepted=report.accepted,
                           new_tokens=report.new_tokens, forward_ms=round(report.forward_s * 1000, 2),
                           step_ms=round(busy * 1000, 2), waited_ms=round(waited * 1000, 2),
-                          methods=verified, graph="x".join(map(str, report.graph)) if report.graph else "")
+                          methods=verified, shadowed=shadowed,
+                          graph="x".join(map(str, report.graph)) if report.graph else "")
             if report.capture_s and report.graph:
                 self.log.info("verify.graph_captured", batch=report.graph[0], chunk=report.graph[1],
                               capture_ms=round(report.capture_s * 1000, 2))

@@ -9,7 +9,7 @@ import pytest
 
 from specactor.bench.measure import RunRecord
 from specactor.bench.report import markdown
-from specactor.bench.suite import BenchOptions, repeat_order, run_suite, write_outputs
+from specactor.bench.suite import BenchOptions, events_name, repeat_order, run_suite, write_outputs
 from specactor.config import EngineConfig
 
 pytestmark = pytest.mark.slow
@@ -169,3 +169,12 @@ def test_the_ceilings_are_simulated_on_the_profile_the_policy_used(tiny_checkpoi
     assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), verifier_threads=2, profile="auto")).source == "packaged"
     assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), profile=str(theirs))).source == str(theirs)
     assert ceiling_cost(EngineConfig(model=str(tiny_checkpoint), profile="packaged")).source == "packaged"
+
+
+def test_each_repeat_keeps_its_own_event_log() -> None:
+    """Two repeats of a T=0 run took different paths through the policy (one drafted from step 7,
+    one turned everything off); with one file per mode the second overwrote the first."""
+    names = [events_name("coupled suffix", 0.0, repeat) for repeat in range(3)]
+    assert names == ["events-coupled-suffix-T0.jsonl", "events-coupled-suffix-T0-r2.jsonl",
+                     "events-coupled-suffix-T0-r3.jsonl"]
+    assert events_name("specactor", 1.0) == "events-specactor-T1.jsonl"

@@ -237,3 +237,36 @@ def test_held_drafts_of_a_rolled_back_or_untracked_request_are_dropped() -> None
     assert [d.request_id for d in actor._unsent] == ["s"]
     actor._untrack("s")
     assert actor._unsent == []
+
+
+@pytest.mark.parametrize("lookup", [True, False])
+async def test_a_lookup_drafter_is_charged_its_cpu_time_and_a_model_its_wall_time(
+        monkeypatch: pytest.MonkeyPatch, lookup: bool) -> None:
+    """On 2 shared cores a lookup of 0.3 ms waited up to 14 ms for a core while the verifier's
+    forward ran, and that wait, charged as drafting time, priced ngram too dear to shadow-score. A
+    lookup's cost is its own CPU time; a model drafter's is its wall time (its torch threads are
+    not the calling thread's, and it can outlast a step). Here every proposal waits 50 ms."""
+    import time
+
+    real = NgramDrafter.propose
+
+    def waiting(self, states, k):
+        time.sleep(0.05)
+        return real(self, states, k)
+
+    monkeypatch.setattr(NgramDrafter, "lookup", lookup)
+    monkeypatch.setattr(NgramDrafter, "propose", waiting)
+    async with ActorSystem("inproc") as system:
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
+        await system.spawn(drafter)
+        await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, decoupled_lookahead(WINDOW)))
+        drafts = await _drafts(verifier)
+    rounds, charged = drafter.stats["rounds"], drafter.stats["draft_s"]
+    assert drafts and rounds >= 1
+    if lookup:
+        assert charged < 0.01 * rounds, charged
+    else:
+        assert charged >= 0.05 * rounds, charged
+    assert sum(d.draft_ns for d in drafts) / 1e9 == pytest.approx(charged, rel=1e-6, abs=1e-9)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from specactor import protocol as p
-from specactor.policy.actor import PolicyActor
+from specactor.policy.actor import DORMANT_SLOWDOWN, PolicyActor
+from specactor.policy.bandit import Choice
 
 
 def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready() -> None:
@@ -18,10 +19,11 @@ def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready
 
 
 def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, batch: int = 8,
-                   arrivals: bool = False) -> tuple[list[int], PolicyActor]:
+                   arrivals: bool = False, choice: Choice | None = None) -> tuple[list[int], PolicyActor]:
     """The steps at which the policy planned (and the policy), fed ``steps`` verdict batches of
     ``step_ns`` each while a plan takes ``plan_s`` of CPU time (its clock is patched: nothing sleeps);
-    ``arrivals``: a new request joins at every step (more prompts than slots)."""
+    ``arrivals``: a new request joins at every step (more prompts than slots); ``choice``: what
+    every plan gives every request (default: the bandit's own plan)."""
     import asyncio
 
     import specactor.policy.actor as policy_actor
@@ -34,7 +36,9 @@ def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, ba
     def plan(batch: int, step: int | None = None):
         planned.append(step)
         clock[0] += plan_s
-        return real_plan(batch, step=step)
+        if choice is None:
+            return real_plan(batch, step=step)
+        return {rid: choice for rid in policy.fon.requests}
 
     async def send(peer, msg, **kwargs) -> bool:
         return True
@@ -79,3 +83,13 @@ def test_requests_arriving_at_every_step_do_not_break_the_spacing(monkeypatch) -
     assert policy.plan_gap == 16 and min(b - a for a, b in zip(slow[1:], slow[2:])) >= 16, slow
     fast, _ = _planned_steps(monkeypatch, 0.0001, 5_000_000, arrivals=True)
     assert fast == list(range(1, 81))  # fast plans: every arrival is planned at once, as before
+
+
+def test_the_policy_plans_less_often_while_every_request_is_off_but_not_while_it_shadow_scores(monkeypatch) -> None:
+    """Every request off: nothing changes between plans, so it plans 4x less often. Off but
+    shadow-scored (window 0, a free method drafting): the scores are news a plan must act on; a
+    T=0 tail that began repeating itself waited up to 16 steps for the next plan."""
+    off, _ = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice([], 0, True))
+    assert {b - a for a, b in zip(off[1:], off[2:])} == {4 * DORMANT_SLOWDOWN}, off
+    shadowed, _ = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice(["ngram"], 0, True))
+    assert {b - a for a, b in zip(shadowed[1:], shadowed[2:])} == {4}, shadowed
