@@ -106,7 +106,7 @@ SCHEMES = ("thompson", "ucb", "greedy")
 SAME_CONTEXT = 8
 #: a free method's scores in a shadow period that judge it (right ``shadow_keep`` of them: it goes on)
 SHADOW_EVIDENCE = 4
-#: a shadow period with no score yet (its drafts still on their way) is extended, up to this many periods in all
+#: a shadow period without SHADOW_EVIDENCE scores yet (its drafts still on their way) is extended, up to this many periods
 SHADOW_WAIT = 4
 #: scores of a kept period that mark a change of text (its older misses are dropped); with 4, chance
 #: runs at T=1 turned requests on that did not pay (32B GPU shape, held-out T=1: 0.96x -> 0.94x)
@@ -553,25 +553,23 @@ class FastestOfN:
         method has ``SHADOW_EVIDENCE`` of them: one right nearly always (``shadow_keep``) goes on,
         since one committed token a step is all a request that is off can show, and a period's
         worth does not move its posterior enough to turn it on (a T=0 tail that repeated itself
-        exactly stayed off at batch 12 for 50 steps); once such a period has ``SHADOW_CHANGE``
-        scores, its older misses of that method are dropped (another text's: it began repeating
-        itself). A period with no score yet (live, drafts come a few steps after the plan; and a
+        exactly stayed off at batch 12 for 50 steps); once a period has ``SHADOW_CHANGE`` such
+        scores, the method's older misses are dropped (:meth:`_forget_another_text`). A period
+        with fewer scores than ``SHADOW_EVIDENCE`` (live, drafts come 3-8 steps after the plan; and a
         plan that explores is followed by one a step later, each a round) is extended, up to
-        ``SHADOW_WAIT`` periods in all; one with a few scores is not (extended until it had 4, a
-        T=1 tail was shadowed most of the time, and its drafting took CPU from the verifier)."""
+        ``SHADOW_WAIT`` periods in all: extended only until its first score, periods whose scores
+        began in their last steps were judged on one or two, and the repeating tail waited out a
+        16-step gap (drafted from step 150-154 against 99-134)."""
+        self._forget_another_text(req, free)
         if self.rounds < req.shadow_to:
             return True
-        if req.shadow_to and not any(req.period.get(m, (0, 0))[1] for m in free) \
+        if req.shadow_to and not any(req.period.get(m, (0, 0))[1] >= SHADOW_EVIDENCE for m in free) \
                 and self.rounds < req.shadow_start + SHADOW_WAIT * self.shadow_rounds:
             req.shadow_to = self.rounds + self.shadow_rounds  # its scores are on their way
             return True
         kept = [m for m in free if (tally := req.period.get(m)) is not None and tally[1] >= SHADOW_EVIDENCE
                 and tally[0] >= self.shadow_keep * tally[1]]
         if req.shadow_to and kept:
-            for m in kept:
-                arm, (right, checked) = req.arms.get(m), req.period[m]
-                if arm is not None and checked >= SHADOW_CHANGE:  # its text changed: older misses are another text's
-                    arm.failures = min(arm.failures, checked - right)
             gap = self.shadow_gap
         elif self.rounds >= req.shadow_from:
             gap = req.shadow_gap or self.shadow_gap
@@ -582,6 +580,18 @@ class FastestOfN:
         req.shadow_gap = self.shadow_gap if kept else min(2 * gap, self.max_shadow_gap)
         req.period.clear()
         return True
+
+    def _forget_another_text(self, req: _Request, free: list[str]) -> None:
+        """Drop a method's older misses once the current shadow period has ``SHADOW_CHANGE`` scores
+        of it, right ``shadow_keep`` of them: the request's text changed (it began repeating itself),
+        and the misses were another text's. At once, not at the period's end: a period's first
+        scores come a few steps after it began, and each step off costs the repeating rows their
+        drafts."""
+        for m in free:
+            tally, arm = req.period.get(m), req.arms.get(m)
+            if tally is not None and arm is not None and tally[1] >= SHADOW_CHANGE \
+                    and tally[0] >= self.shadow_keep * tally[1]:
+                arm.failures = min(arm.failures, tally[1] - tally[0])
 
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:

@@ -447,3 +447,20 @@ def test_a_tail_request_whose_text_begins_repeating_is_turned_on_soon_after_its_
     else:
         pytest.fail(f"still off after 8 plans: {plan[repeating[0]].reason}")
     assert not any(plan[rid].window for rid in tail if rid not in repeating)
+
+
+def test_a_change_of_text_drops_the_old_misses_as_soon_as_a_shadow_period_shows_it() -> None:
+    """Not at the period's end: live, a period's first scores come a few steps after it began, and
+    every step a repeating request stays off costs it its drafts."""
+    policy = _tail_policy()
+    policy.shadow_rounds = 100  # a period that would not end within this test
+    for _ in range(6):
+        policy.observe("r6", "ngram", 4, 1)  # its text before: 1 right in 4
+    assert "shadow-scoring" in policy.plan(2, step=4)["r6"].reason
+    for step in range(5, 12):
+        policy.observe("r6", "ngram", 1, 1)  # one committed token a step, right
+        policy.plan(2, step=step)
+        assert policy.requests["r6"].arms["ngram"].failures > 1  # 7 scores: not yet
+    policy.observe("r6", "ngram", 1, 1)
+    policy.plan(2, step=12)
+    assert policy.requests["r6"].arms["ngram"].failures == 0
