@@ -46,8 +46,7 @@ from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
 from specactor.bench.replay_workload import REPLAY_METHODS, samples_of
 from specactor.drafters.base import DEFAULT_WINDOW
-from specactor.policy.actor import DORMANT_SLOWDOWN
-from specactor.policy.bandit import FastestOfN
+from specactor.policy.bandit import DORMANT_SLOWDOWN, FastestOfN
 from specactor.policy.cost_model import CostModel
 
 
@@ -192,6 +191,8 @@ def main() -> None:
         parser.error(f"--window must be at least 1 (got {args.window})")
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1 (got {args.seeds})")
+    if args.dormant < 1:
+        parser.error(f"--dormant must be at least 1 (got {args.dormant})")
     if not 0 < args.reported <= 10:
         parser.error(f"--reported must be in (0, 10] (got {args.reported})")
     try:

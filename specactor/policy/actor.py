@@ -28,13 +28,11 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.drafters.registry import LEARNING_METHODS
-from specactor.policy.bandit import Choice, FastestOfN
+from specactor.policy.bandit import DORMANT_SLOWDOWN, Choice, FastestOfN, is_dormant
 from specactor.policy.cost_model import CostModel
 
 #: the most of the wall time between two plans that planning may take
 PLAN_SHARE = 0.25
-#: while every request is off the policy plans, and asks the drafters for timings, this many times less often
-DORMANT_SLOWDOWN = 4
 #: weight of the newest plan (or step) in the running estimate of a plan's (a step's) seconds
 TIMING_WEIGHT = 0.3
 
@@ -196,9 +194,7 @@ class PolicyActor(Actor):
             self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
                           window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
                           reason=choice.reason)
-        # dormant: nothing drafts, nothing is shadow-scored; a shadowed request's scores are news that
-        # a plan must act on (a T=0 tail that repeated itself waited up to 16 steps for the next plan)
-        self._dormant = not any(choice.window or choice.methods for choice in plan.values())
+        self._dormant = is_dormant(plan)
         if changes:
             await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
         if step % self.stats_every == 0:

@@ -111,6 +111,9 @@ SHADOW_WAIT = 4
 #: scores of a kept period that mark a change of text (its older misses are dropped); with 4, chance
 #: runs at T=1 turned requests on that did not pay (32B GPU shape, held-out T=1: 0.96x -> 0.94x)
 SHADOW_CHANGE = 8
+#: while every request is off and none is shadow-scored (:func:`is_dormant`) the PolicyActor plans,
+#: and asks the drafters for timings, this many times less often; the simulator does the same
+DORMANT_SLOWDOWN = 4
 #: how the acceptance a choice is made on depends on the request's past drafts (see the module docstring)
 ACCEPTANCE_MODELS = ("geometric", "markov")
 
@@ -167,6 +170,13 @@ class Choice:
     def same_as(self, other: "Choice | None") -> bool:
         return other is not None and (self.methods, self.window, self.decoupled, self.race) == (
             other.methods, other.window, other.decoupled, other.race)
+
+
+def is_dormant(plan: dict[str, Choice]) -> bool:
+    """Whether nothing in ``plan`` drafts or is shadow-scored: a plan rarely changes then, so it may
+    come less often. A shadowed request's scores are news a plan must act on (a T=0 tail that
+    repeated itself waited up to 16 steps for the next plan)."""
+    return not any(choice.window or choice.methods for choice in plan.values())
 
 
 @dataclass
@@ -567,8 +577,7 @@ class FastestOfN:
                 and self.rounds < req.shadow_start + SHADOW_WAIT * self.shadow_rounds:
             req.shadow_to = self.rounds + self.shadow_rounds  # its scores are on their way
             return True
-        kept = [m for m in free if (tally := req.period.get(m)) is not None and tally[1] >= SHADOW_EVIDENCE
-                and tally[0] >= self.shadow_keep * tally[1]]
+        kept = [m for m in free if self._period_right(req, m, SHADOW_EVIDENCE)]
         if req.shadow_to and kept:
             gap = self.shadow_gap
         elif self.rounds >= req.shadow_from:
@@ -588,10 +597,16 @@ class FastestOfN:
         scores come a few steps after it began, and each step off costs the repeating rows their
         drafts."""
         for m in free:
-            tally, arm = req.period.get(m), req.arms.get(m)
-            if tally is not None and arm is not None and tally[1] >= SHADOW_CHANGE \
-                    and tally[0] >= self.shadow_keep * tally[1]:
-                arm.failures = min(arm.failures, tally[1] - tally[0])
+            arm = req.arms.get(m)
+            if arm is not None and self._period_right(req, m, SHADOW_CHANGE):
+                right, checked = req.period[m]
+                arm.failures = min(arm.failures, checked - right)
+
+    def _period_right(self, req: _Request, method: str, scores: int) -> bool:
+        """The current shadow period has at least ``scores`` of ``method``'s scores, and
+        ``shadow_keep`` of them were right."""
+        right, checked = req.period.get(method, (0.0, 0.0))
+        return checked >= scores and right >= self.shadow_keep * checked
 
     def _rank(self, steps: StepCosts, p: float, method: str, q: float) -> tuple[int, float]:
         """A method's best (window, tokens/s) for one request at acceptance ``p``, every row alike:

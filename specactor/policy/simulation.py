@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specactor.drafters.base import decoupled_lookahead
-from specactor.policy.bandit import Choice
+from specactor.policy.bandit import Choice, is_dormant
 from specactor.policy.cost_model import CostModel
 
 
@@ -197,8 +197,7 @@ class Simulator:
             if steps % every == 0 or getattr(policy, "replan_soon", False):
                 made = policy.plan(batch, step=steps)
                 pending.append((steps + self.lag, made))
-                idle = not any(c.window or c.methods for c in made.values())  # nothing drafts or is scored
-                every = self.plan_every * (self.dormant if idle else 1)
+                every = self.plan_every * (self.dormant if is_dormant(made) else 1)
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
             now = {rid: plan.get(rid) or Choice([], 0, True) for rid in committed}
