@@ -288,7 +288,13 @@ class Track(_Msg, tag=26):
 
 
 class Untrack(_Msg, tag=27):
+    """Stop drafting for a request. ``park``: the request goes on without this drafter for now (the
+    policy turned it off, or changes its mode); a drafter whose state is cheap to keep (a lookup)
+    keeps it, so that a later Track of the same request only catches up with what was committed
+    meanwhile, and a final verdict (start 0, the whole output, ``finished``) tells it the end."""
+
     request_id: str
+    park: bool = False
 
 
 class Rollouts(_Msg, tag=36):

@@ -10,7 +10,11 @@ verdict on them (the classic draft-then-verify barrier).
 
 Proposals of compute-heavy drafters (a model) run on the actor's worker
 thread; verdicts that arrive meanwhile are queued and applied afterwards, so
-the drafter's state is only ever touched by one thread at a time.
+the drafter's state is only ever touched by one thread at a time. A lookup's
+round for a few requests runs on the event loop (the hop to the thread cost
+more than the lookup). A lookup drafter keeps the state of a request parked
+while the policy has it off (``Untrack.park``), so that tracking it again for
+the next shadow period does not index its whole context again.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from specactor import protocol as p
@@ -35,6 +40,15 @@ from specactor.weight_update import PendingUpdates
 #: the GIL that its host-bound step needs: there its steps without drafts took 10% longer than
 #: autoregressive's. A verify step lasts 6 ms or more, so 1 ms of holding costs no draft its step.
 COALESCE_S = 0.001
+#: the most committed tokens a lookup drafter keeps for requests parked while they are off (beyond it
+#: the oldest parked request is finished, as an untracked one always was): a shadow-scored tail was
+#: tracked and untracked every few periods, and each Track indexed the whole context again (T=1 on
+#: 2 cores: ~15% of the caller's CPU, taken from the verifier's forward)
+PARKED_TOKENS = 1 << 18
+#: a lookup drafter's round for at most this many requests runs on the event loop, not the worker
+#: thread: it takes 0.05-0.1 ms a request, and the hop to the thread and back cost ~30 us of CPU
+#: and three context switches a round (each taking a core from the verifier on a 2-core machine)
+INLINE_REQUESTS = 32
 
 
 class DraftActor(Actor):
@@ -63,6 +77,8 @@ class DraftActor(Actor):
         self.drafter_options = drafter_options or {}
         self.drafter: Drafter | None = None
         self.states: dict[str, DraftState] = {}
+        self._parked: OrderedDict[str, DraftState] = OrderedDict()  # off for now (Untrack.park), oldest first
+        self._parked_tokens = 0
         self.windows: dict[str, int] = {}
         self._need_draft: set[str] = set()  # coupled: waiting for our draft
         self._stalled: dict[str, int] = {}  # decoupled: nothing to propose at this committed length
@@ -127,7 +143,7 @@ class DraftActor(Actor):
         """The verifier is gone: forget its requests (a restarted one Tracks them again)."""
         if name != self.verifier:
             return
-        for request_id in list(self.states):
+        for request_id in [*self.states, *self._parked]:
             untrack = p.Untrack(request_id=request_id)
             if self._busy:
                 self._queued.append(untrack)
@@ -178,7 +194,7 @@ class DraftActor(Actor):
 
     def _stats_reply(self) -> p.StatsReply:
         return p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states),
-                                                    "ready": int(self._can_draft())})
+                                                    "parked": len(self._parked), "ready": int(self._can_draft())})
 
     def _log_trained(self, report: Any, version: int, idle: bool) -> None:
         self.stats["trained"] += not report.interrupted
@@ -226,16 +242,18 @@ class DraftActor(Actor):
         elif isinstance(msg, p.VerdictBatch):
             self._apply(msg.verdicts)
         else:
-            self._untrack(msg.request_id)
+            self._untrack(msg.request_id, park=msg.park)
 
     def _track(self, msg: p.Track) -> None:
         assert self.drafter is not None
         if msg.request_id in self.states:
             raise ValueError(f"request {msg.request_id!r} is already tracked")
-        state = DraftState(msg.request_id, list(msg.context_ids[: msg.prompt_len]),
-                           committed=list(msg.context_ids[msg.prompt_len:]), seed=msg.seed,
-                           temperature=msg.temperature)
-        self.drafter.start(state)
+        state = self._resume(msg)
+        if state is None:
+            state = DraftState(msg.request_id, list(msg.context_ids[: msg.prompt_len]),
+                               committed=list(msg.context_ids[msg.prompt_len:]), seed=msg.seed,
+                               temperature=msg.temperature)
+            self.drafter.start(state)
         self.states[msg.request_id] = state
         longest = self.window if msg.mode == p.DraftMode.COUPLED else decoupled_lookahead(self.window)
         self.windows[msg.request_id] = max(1, min(msg.window or self.window, longest))
@@ -243,11 +261,16 @@ class DraftActor(Actor):
             self.coupled.add(msg.request_id)
         self._need_draft.add(msg.request_id)
 
-    def _untrack(self, request_id: str) -> None:
+    def _untrack(self, request_id: str, park: bool = False) -> None:
         self._drop_unsent(request_id)
         state = self.states.pop(request_id, None)
+        if state is None and not park:
+            state = self._unpark(request_id)  # a parked request untracked for good: finish it
         if state is not None and self.drafter is not None:
-            self.drafter.finish(state)
+            if park and getattr(self.drafter, "lookup", False):
+                self._park(state)
+            else:
+                self.drafter.finish(state)
         self.windows.pop(request_id, None)
         self.coupled.discard(request_id)
         self._need_draft.discard(request_id)
@@ -258,6 +281,8 @@ class DraftActor(Actor):
         for verdict in verdicts:
             state = self.states.get(verdict.request_id)
             if state is None:
+                if verdict.finished:
+                    self._finish_parked(verdict)
                 continue
             if not state.observe(verdict.start, verdict.tokens):
                 self.stats["rollbacks"] += 1
@@ -267,6 +292,49 @@ class DraftActor(Actor):
             self._stalled.pop(verdict.request_id, None)
             if verdict.finished:
                 self._untrack(verdict.request_id)
+
+    def _park(self, state: DraftState) -> None:
+        """Keep a lookup's state for a request that goes on without this drafter for now."""
+        assert self.drafter is not None
+        state.lookahead.clear()
+        self._parked[state.request_id] = state
+        self._parked_tokens += len(state.prompt_ids) + len(state.committed)
+        while self._parked_tokens > PARKED_TOKENS and len(self._parked) > 1:
+            self.drafter.finish(self._unpark(next(iter(self._parked))))
+
+    def _unpark(self, request_id: str) -> DraftState | None:
+        state = self._parked.pop(request_id, None)
+        if state is not None:
+            self._parked_tokens -= len(state.prompt_ids) + len(state.committed)
+        return state
+
+    def _resume(self, msg: p.Track) -> DraftState | None:
+        """The parked state of the request ``msg`` Tracks again, caught up with what was committed
+        meanwhile; None if none was parked, or if the context does not continue it (then it is
+        finished, as an untracked request's state always was)."""
+        state = self._unpark(msg.request_id)
+        if state is None:
+            return None
+        assert self.drafter is not None
+        known = len(state.prompt_ids) + len(state.committed)
+        if msg.prompt_len != len(state.prompt_ids) or len(msg.context_ids) < known \
+                or msg.context_ids[:known] != state.prompt_ids + state.committed:
+            self.drafter.finish(state)
+            return None
+        start, new = len(state.committed), list(msg.context_ids[known:])
+        state.observe(start, new)
+        self.drafter.observe(state, start, new)
+        state.seed, state.temperature = msg.seed, msg.temperature
+        return state
+
+    def _finish_parked(self, verdict: p.Verdict) -> None:
+        """A parked request finished: the verdict holds its whole output (start 0), so that what the
+        drafter keeps of finished requests (a suffix drafter's history) has all of it."""
+        state = self._unpark(verdict.request_id)
+        if state is not None and self.drafter is not None:
+            state.observe(verdict.start, verdict.tokens)
+            self.drafter.observe(state, verdict.start, verdict.tokens)
+            self.drafter.finish(state)
 
     def _ready(self) -> list[DraftState]:
         """Coupled requests that await their next draft; decoupled ones with room to run ahead."""
@@ -291,7 +359,7 @@ class DraftActor(Actor):
         return [self._propose([state], k)[0] for state in ready]
 
     def _propose_timed(self, ready: list[DraftState], k: int) -> tuple[list[list[int]], float]:
-        """:meth:`_propose` and the CPU seconds it took on this (the worker) thread."""
+        """:meth:`_propose` and the CPU seconds it took on the thread it ran on."""
         started = time.thread_time()
         proposals = self._propose(ready, k)
         return proposals, time.thread_time() - started
@@ -314,18 +382,22 @@ class DraftActor(Actor):
                 await self._wake.wait()
                 continue
             room = max(self.windows[s.request_id] - len(s.lookahead) for s in ready)
-            k = room if getattr(self.drafter, "lookup", False) else min(self.k, room)
-            self._busy = True
+            lookup = getattr(self.drafter, "lookup", False)
+            k = room if lookup else min(self.k, room)
             t0 = time.perf_counter()
-            try:
-                proposals, cpu_s = await self.run_blocking(self._propose_timed, ready, k)
-            finally:
-                self._busy = False
+            if lookup and len(ready) <= INLINE_REQUESTS:
+                proposals, cpu_s = self._propose_timed(ready, k)
+            else:
+                self._busy = True
+                try:
+                    proposals, cpu_s = await self.run_blocking(self._propose_timed, ready, k)
+                finally:
+                    self._busy = False
             elapsed = time.perf_counter() - t0
             # what the round cost: a lookup's own CPU time, a model's wall time (its torch threads
             # are not the calling thread's); on 2 cores a lookup of 0.3 ms waited up to 14 ms for a
             # core while the verifier's forward ran, and that wait priced ngram as too dear to shadow
-            spent = cpu_s if getattr(self.drafter, "lookup", False) else elapsed
+            spent = cpu_s if lookup else elapsed
             drafts = []
             for state, tokens in zip(ready, proposals):
                 room = self.windows[state.request_id] - len(state.lookahead)

@@ -28,7 +28,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.drafters.registry import LEARNING_METHODS
-from specactor.policy.bandit import DORMANT_SLOWDOWN, Choice, FastestOfN, is_dormant
+from specactor.policy.bandit import DORMANT_SLOWDOWN, Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
 
 #: the most of the wall time between two plans that planning may take
@@ -64,7 +64,7 @@ class PolicyActor(Actor):
         self.default: Choice | None = None
         self.stats_every = stats_every
         self.plan_every = plan_every  # planning costs ~0.2 ms a request: not every step
-        self._dormant = False  # the last plan had every request off
+        self._quiet = False  # the last plan drafted nothing and shadowed nothing promising (FastestOfN.is_quiet)
         self.plan_s = 0.0  # a plan's seconds, running estimate
         self.step_s = 0.0  # a verify step's seconds, running estimate
         self.plan_gap = 1  # fewest steps between plans for planning to stay within PLAN_SHARE
@@ -129,10 +129,10 @@ class PolicyActor(Actor):
                 fon.remove_request(v.request_id)
                 self.current.pop(v.request_id, None)
         self.counters["steps"] += 1
-        # while every request is off (nothing drafts, nothing explores) a plan rarely changes and the
-        # drafters' timings hardly move: plan and ask 4x less often, so that where speculation cannot
-        # pay the policy costs next to nothing
-        slow = DORMANT_SLOWDOWN if self._dormant else 1
+        # while every request is off (nothing drafts, nothing explores, no shadow scores come right) a
+        # plan rarely changes and the drafters' timings hardly move: plan and ask 4x less often, so
+        # that where speculation cannot pay the policy costs next to nothing
+        slow = DORMANT_SLOWDOWN if self._quiet and not self.fon.promising else 1
         if self.counters["steps"] % (self.stats_every * slow) == 0:
             for method in self.methods:
                 if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
@@ -194,7 +194,7 @@ class PolicyActor(Actor):
             self.log.info("policy.assign", request_id=rid, step=step, methods=choice.methods,
                           window=choice.window, mode="decoupled" if choice.decoupled else "coupled",
                           reason=choice.reason)
-        self._dormant = is_dormant(plan)
+        self._quiet = self.fon.is_quiet(plan)
         if changes:
             await self.send(self.verifier, p.AssignmentBatch(assignments=changes))
         if step % self.stats_every == 0:

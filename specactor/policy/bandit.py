@@ -58,6 +58,9 @@ request is shadowed in periods of ``shadow_rounds`` rounds, the gap between
 them doubling from ``shadow_gap`` rounds up to ``max_shadow_gap`` while it
 stays off; a period in which a free method was right at least ``shadow_keep``
 of the time goes on, until the request is turned on or the scores fall.
+Shadowing alone leaves a plan quiet (:meth:`FastestOfN.is_quiet`: the caller may
+plan less often); a period whose scores come right is :attr:`promising` and asks
+for a plan at once.
 
 Methods that cost almost nothing to run (prompt lookup, suffix matching) ride
 along on every speculating request: the verifier verifies the longest draft
@@ -111,8 +114,9 @@ SHADOW_WAIT = 4
 #: scores of a kept period that mark a change of text (its older misses are dropped); with 4, chance
 #: runs at T=1 turned requests on that did not pay (32B GPU shape, held-out T=1: 0.96x -> 0.94x)
 SHADOW_CHANGE = 8
-#: while every request is off and none is shadow-scored (:func:`is_dormant`) the PolicyActor plans,
-#: and asks the drafters for timings, this many times less often; the simulator does the same
+#: while every request is off and no shadow-scored one looks like turning on (:meth:`FastestOfN.is_quiet`)
+#: the PolicyActor plans, and asks the drafters for timings, this many times less often; the simulator
+#: does the same
 DORMANT_SLOWDOWN = 4
 #: how the acceptance a choice is made on depends on the request's past drafts (see the module docstring)
 ACCEPTANCE_MODELS = ("geometric", "markov")
@@ -174,8 +178,8 @@ class Choice:
 
 def is_dormant(plan: dict[str, Choice]) -> bool:
     """Whether nothing in ``plan`` drafts or is shadow-scored: a plan rarely changes then, so it may
-    come less often. A shadowed request's scores are news a plan must act on (a T=0 tail that
-    repeated itself waited up to 16 steps for the next plan)."""
+    come less often (for a policy that keeps no shadow periods; :meth:`FastestOfN.is_quiet` is the
+    Fastest-of-N policy's own rule)."""
     return not any(choice.window or choice.methods for choice in plan.values())
 
 
@@ -267,6 +271,9 @@ class FastestOfN:
         self.shadow_rounds, self.shadow_gap, self.max_shadow_gap = shadow_rounds, shadow_gap, max_shadow_gap
         self.shadow_keep = shadow_keep
         self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
+        # a shadowed request's period has SHADOW_EVIDENCE scores, nearly all right: it may turn on
+        # soon, so plans come at the usual cadence (False: shadowing alone does not hurry them)
+        self.promising = False
         self.rng = random.Random(seed)
         self.global_arms = {m: Acceptance() for m in methods}
         self.global_runs = {m: Acceptance() for m in methods}
@@ -303,6 +310,8 @@ class FastestOfN:
                 tally = req.period.setdefault(method, [0.0, 0.0])
                 tally[0] += accepted
                 tally[1] += accepted + (accepted < drafted)
+                if not self.promising and self._period_right(req, method, SHADOW_EVIDENCE):
+                    self.promising = self.replan_soon = True  # news a plan must act on
             if self.markov:
                 (req.runs if in_run else req.fresh).setdefault(method, Acceptance()).observe(
                     drafted, accepted, self.token_decay)
@@ -553,9 +562,19 @@ class FastestOfN:
             self.primary[rid] = method if window else ""
             plan[rid] = choice
         self.replan_soon = bool(explorers)  # awaiting ones too: plan again as soon as their drafts are in
+        self.promising = any(self._period_right(self.requests[rid], m, SHADOW_EVIDENCE)
+                             for rid in self.shadowed for m in plan[rid].methods)
         if self.racing and self.peak_requests and len(self.requests) <= self.racing_below * self.peak_requests:
             self._add_racers(plan, ranked, batch)
         return plan
+
+    def is_quiet(self, plan: dict[str, Choice]) -> bool:
+        """Whether the next plan may come ``DORMANT_SLOWDOWN`` times later: nothing in ``plan``
+        drafts, and no shadowed request is :attr:`promising`. Shadowing alone does not count: at
+        T=1 on 2 cores, planning every 4 steps through a tail where shadow scores turned nothing on
+        was a quarter of the caller's CPU, which the verifier's forward lost (0.97x of autoregressive
+        against 1.00x); a period whose scores come right makes the next plan come at once."""
+        return not self.promising and not any(choice.window for choice in plan.values())
 
     def _shadow_period(self, req: _Request, free: list[str]) -> bool:
         """Whether an off request is shadowed now: periods of ``shadow_rounds`` rounds, the gaps

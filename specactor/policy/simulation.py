@@ -8,8 +8,9 @@ it is fed and the rows that verify drafts. A policy with a ``cost`` model of its
 own has it corrected online from the true step times, as the PolicyActor does;
 ``plan_every`` re-plans every that many steps (and after a step where the
 policy says ``replan_soon``), as the PolicyActor does, and ``dormant`` times
-less often while the last plan had every request off and none shadow-scored
-(the PolicyActor's cadence then). A policy is anything with ``add_request /
+less often while the last plan was quiet (every request off, no shadow period
+looking right: ``FastestOfN.is_quiet``; for other policies, none shadow-scored),
+the PolicyActor's cadence then. A policy is anything with ``add_request /
 remove_request / observe / observe_commit / plan(batch)`` (``FastestOfN``, or
 the fixed and random baselines below). The
 simulator draws accepted lengths from the truncated geometric law the cost
@@ -169,7 +170,7 @@ class Simulator:
         the policy plans, applies the plan between steps, and the drafters' first drafts reach
         the step after that. ``reported``: the share of a step's time its report tells the policy
         (1: the truth; a graphed GPU step timed by the host's clock told its launch only, ~0.03).
-        ``dormant``: how many times less often it plans while every request is off (live: the
+        ``dormant``: how many times less often it plans while the last plan was quiet (live: the
         PolicyActor's ``DORMANT_SLOWDOWN``)."""
         self.cost = cost
         self.seed = seed
@@ -197,7 +198,8 @@ class Simulator:
             if steps % every == 0 or getattr(policy, "replan_soon", False):
                 made = policy.plan(batch, step=steps)
                 pending.append((steps + self.lag, made))
-                every = self.plan_every * (self.dormant if is_dormant(made) else 1)
+                quiet = policy.is_quiet(made) if hasattr(policy, "is_quiet") else is_dormant(made)
+                every = self.plan_every * (self.dormant if quiet else 1)
             while pending and pending[0][0] <= steps:
                 plan = {**plan, **pending.pop(0)[1]}
             now = {rid: plan.get(rid) or Choice([], 0, True) for rid in committed}

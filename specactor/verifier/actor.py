@@ -82,6 +82,9 @@ class VerifyActor(Actor):
         self.reply_to: dict[str, str] = {}
         self.drafters: dict[str, list[str]] = {}  # request id -> drafter actors tracking it
         self._lookahead: dict[str, int] = {}  # request id -> how far ahead its drafters were told to draft
+        # request id -> drafters told to park it (Untrack.park) and not tracking it again since: they
+        # get its whole output when it finishes
+        self._parked: dict[str, set[str]] = {}
         self.assignments: dict[str, p.Assignment] = {}  # request id ("*": default) -> its assignment
         # assigned requests still waiting for a slot: their drafters are told to Track them once they
         # run, so a drafter holds state (a model drafter: a KV-cache slot) only for running requests
@@ -178,6 +181,8 @@ class VerifyActor(Actor):
         for request_id, names in self.drafters.items():
             if name in names:
                 names.remove(name)
+        for parked in self._parked.values():  # a restarted drafter has nothing parked
+            parked.discard(name)
         self._wake.set()
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -358,11 +363,14 @@ class VerifyActor(Actor):
                      else decoupled_lookahead(max(self.window, msg.window, 1)))
         retrack = mode != old_mode or lookahead != self._lookahead.get(request_id, lookahead)
         self._lookahead[request_id] = lookahead
+        parked = self._parked.setdefault(request_id, set())
         for drafter in old:
-            if drafter not in wanted or retrack:
-                await self.send(drafter, p.Untrack(request_id=request_id))
+            if drafter not in wanted or retrack:  # the request goes on: the drafter may keep its state
+                await self.send(drafter, p.Untrack(request_id=request_id, park=True))
+                parked.add(drafter)
         for drafter in wanted:
             if drafter not in old or retrack:
+                parked.discard(drafter)
                 await self.send(drafter, p.Track(
                     request_id=request_id, context_ids=seq.prompt_ids + seq.output_ids,
                     prompt_len=len(seq.prompt_ids), window=lookahead, mode=mode, seed=seq.seed,
@@ -459,9 +467,17 @@ class VerifyActor(Actor):
 
     async def _broadcast(self, report: Any) -> None:
         per_drafter: dict[str, list[p.Verdict]] = {}
+        finished = {seq.request_id: seq for seq in report.finished}
         for verdict in report.verdicts:
-            for drafter in self.drafters.get(verdict.request_id, []):
+            tracking = self.drafters.get(verdict.request_id, [])
+            for drafter in tracking:
                 per_drafter.setdefault(drafter, []).append(verdict)
+            seq = finished.get(verdict.request_id)
+            for drafter in self._parked.pop(verdict.request_id, ()) if verdict.finished else ():
+                if seq is not None and drafter not in tracking:  # parked there: the whole output
+                    per_drafter.setdefault(drafter, []).append(p.Verdict(
+                        request_id=seq.request_id, start=0, tokens=list(seq.output_ids), accepted=0, drafted=0,
+                        finished=True))
         step, step_ns = int(self.stats["steps"]), int(report.forward_s * 1e9)
         for drafter, verdicts in per_drafter.items():
             await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
@@ -521,6 +537,7 @@ class VerifyActor(Actor):
         while len(self._finished_ids) > FINISHED_IDS:
             self._finished_ids.popitem(last=False)
         drafters = self.drafters.pop(seq.request_id, [])
+        parked = self._parked.pop(seq.request_id, set()) - set(drafters)
         self._lookahead.pop(seq.request_id, None)
         self.assignments.pop(seq.request_id, None)
         self._not_running.pop(seq.request_id, None)
@@ -530,7 +547,7 @@ class VerifyActor(Actor):
                       latency_s=round(time.perf_counter() - seq.arrival_s, 4), steps=seq.steps,
                       drafted=seq.drafted, accepted=seq.accepted)
         if seq.finish_reason == p.FinishReason.ABORT:  # no final verdict will tell them
-            for drafter in drafters:
+            for drafter in [*drafters, *parked]:
                 await self.send(drafter, p.Untrack(request_id=seq.request_id))
             if self.policy is not None and self.policy not in self.dead_peers:
                 await self.send(self.policy, p.Untrack(request_id=seq.request_id))

@@ -80,15 +80,23 @@ async def test_an_advisory_send_to_a_full_peer_is_dropped_at_once_not_waited_for
 
 
 class _SeqRecorder(Collector):
-    """Keeps only the order of the payloads' sequence numbers (the payloads are large)."""
+    """Keeps only the order of the payloads' sequence numbers (the payloads are large); with
+    ``stall_s``, its process stops reading for that long at the first payload (an RL loop's
+    training step), and ``woke`` is when it read on."""
 
-    def __init__(self, name: str, **kwargs: object) -> None:
+    def __init__(self, name: str, stall_s: float = 0.0, **kwargs: object) -> None:
         super().__init__(name, **kwargs)  # type: ignore[arg-type]
         self.seqs: list[int] = []
+        self.stall_s, self.woke = stall_s, 0.0
 
     async def handle(self, sender: str, msg: p.Message) -> None:
         if isinstance(msg, p.Payload):
             self.seqs.append(msg.seq)
+            if self.stall_s and not self.woke:
+                import time
+
+                time.sleep(self.stall_s)  # the whole process: no actor in it reads
+                self.woke = time.time()
 
 
 @pytest.mark.parametrize("spill_bytes", [256 << 20, 0])
@@ -97,19 +105,22 @@ async def test_a_peer_that_stops_reading_for_a_while_does_not_hold_the_sender_up
     trains in that process stops reading for a while. The sender goes on (its messages wait in
     its spill, in order) instead of waiting once the sockets are full; without a spill (0) it
     waits, which is what this test would see if the spill did not work."""
-    import time
-
     async with ActorSystem("ipc") as system:
-        reader = _SeqRecorder("reader", hwm=2)
+        # its process stops reading at the first payload: 200 MB is more than the sockets hold (the
+        # test stopped reading itself 50 ms after asking for them, and on a loaded machine the
+        # reader had taken them all by then)
+        reader = _SeqRecorder("reader", stall_s=1.5, hwm=2)
         owner = Collector("owner")
         await system.spawn(reader)
         await system.spawn(owner)
         await system.spawn(ActorSpec(name="producer", cls="specactor.actor.probes:Producer",
                                      kwargs={"target": "reader", "size": 1 << 20, "hwm": 2, "spill_bytes": spill_bytes}))
         await system.send("producer", p.Payload(seq=200))
-        await asyncio.sleep(0.05)  # the Payload is on its way
-        time.sleep(1.5)  # this process (the reader's) stops reading: 200 MB is more than the sockets hold
-        woke = time.time()
+        for _ in range(400):
+            if reader.woke:
+                break
+            await asyncio.sleep(0.05)
+        woke = reader.woke
         await owner.send("producer", p.StatsRequest())
         _, reply = await asyncio.wait_for(owner.received.get(), 20)
         for _ in range(400):

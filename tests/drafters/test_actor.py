@@ -270,3 +270,80 @@ async def test_a_lookup_drafter_is_charged_its_cpu_time_and_a_model_its_wall_tim
     else:
         assert charged >= 0.05 * rounds, charged
     assert sum(d.draft_ns for d in drafts) / 1e9 == pytest.approx(charged, rel=1e-6, abs=1e-9)
+
+
+def _parking_actor(method: str) -> DraftActor:
+    from specactor.drafters.registry import make_drafter
+
+    actor = DraftActor(f"draft-{method}", method, k=4, window=WINDOW)
+    actor.drafter = make_drafter(method)
+    return actor
+
+
+def _track_at(rid: str, output: list[int], prompt: list[int] = SEGMENT) -> p.Track:
+    return p.Track(request_id=rid, context_ids=prompt + output, prompt_len=len(prompt), window=WINDOW,
+                   mode=p.DraftMode.DECOUPLED)
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_a_parked_request_tracked_again_catches_up_and_drafts_as_one_tracked_afresh(
+        monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    """A shadow-scored request is untracked and tracked again every few periods; each Track indexed
+    its whole context again. Parked, it only indexes what was committed meanwhile, and its drafts
+    are those of a drafter that indexed it all."""
+    parked, fresh = _parking_actor(method), _parking_actor(method)
+    output = SEGMENT[:10]
+    parked._track(_track_at("r", output))
+    parked._untrack("r", park=True)
+    assert "r" not in parked.states and parked._stats_reply().values["parked"] == 1
+    starts = []
+    monkeypatch.setattr(type(parked.drafter), "start", lambda self, state: starts.append(state.request_id))
+    later = output + SEGMENT[10:25]
+    parked._track(_track_at("r", later))
+    assert starts == [] and parked.states["r"].committed == later
+    monkeypatch.undo()
+    fresh._track(_track_at("r", later))
+    state, other = parked.states["r"], fresh.states["r"]
+    assert parked._propose([state], WINDOW) == fresh._propose([other], WINDOW) != [[]]
+
+
+def test_a_parked_request_whose_context_does_not_continue_it_starts_afresh() -> None:
+    actor = _parking_actor("ngram")
+    actor._track(_track_at("r", SEGMENT[:10]))
+    actor._untrack("r", park=True)
+    actor._track(_track_at("r", [7, 7, 7]))  # the same id, another text (a restarted request)
+    assert actor.states["r"].committed == [7, 7, 7] and not actor._parked
+    assert actor.drafter._index["r"].tokens == SEGMENT + [7, 7, 7]
+
+
+def test_a_parked_request_that_finishes_leaves_its_whole_output_in_the_suffix_history() -> None:
+    """The verifier's final verdict for a parked request starts at 0 and holds the whole output; a
+    new sample of the prompt then drafts from where that output went after the park, and no partial
+    copy went into the history at the park."""
+    actor = _parking_actor("suffix")
+    prompt, output = [1, 2, 3, 4, 5, 6], SEGMENT[:30]
+    actor._track(_track_at("r", output[:10], prompt))
+    actor._untrack("r", park=True)
+    assert not actor.drafter._groups[next(iter(actor.drafter._groups))].history
+    actor._apply([p.Verdict(request_id="r", start=0, tokens=output, accepted=0, drafted=0, finished=True)])
+    assert not actor._parked
+    actor._track(_track_at("s", output[:20], prompt))
+    (draft,) = actor._propose([actor.states["s"]], 4)
+    assert draft == output[20:24]
+
+
+def test_parked_requests_are_bounded_and_a_model_drafter_does_not_park(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parking keeps memory: past PARKED_TOKENS the oldest parked request is finished, as an untracked
+    one always was; a drafter that is not a lookup (a model's KV cache) finishes at once."""
+    monkeypatch.setattr(actor_module, "PARKED_TOKENS", 2 * (len(SEGMENT) + 10))
+    actor = _parking_actor("ngram")
+    for rid in ("a", "b", "c"):
+        actor._track(_track_at(rid, SEGMENT[:10]))
+        actor._untrack(rid, park=True)
+    assert list(actor._parked) == ["b", "c"] and set(actor.drafter._index) == {"b", "c"}
+    actor._untrack("b")  # for good (an aborted request): finished
+    assert list(actor._parked) == ["c"] and set(actor.drafter._index) == {"c"}
+    monkeypatch.setattr(NgramDrafter, "lookup", False)
+    actor._track(_track_at("d", SEGMENT[:10]))
+    actor._untrack("d", park=True)
+    assert "d" not in actor._parked and "d" not in actor.drafter._index

@@ -19,11 +19,13 @@ def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready
 
 
 def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, batch: int = 8,
-                   arrivals: bool = False, choice: Choice | None = None) -> tuple[list[int], PolicyActor]:
+                   arrivals: bool = False, choice: Choice | None = None,
+                   scores: dict[str, list[int]] | None = None) -> tuple[list[int], PolicyActor]:
     """The steps at which the policy planned (and the policy), fed ``steps`` verdict batches of
     ``step_ns`` each while a plan takes ``plan_s`` of CPU time (its clock is patched: nothing sleeps);
     ``arrivals``: a new request joins at every step (more prompts than slots); ``choice``: what
-    every plan gives every request (default: the bandit's own plan)."""
+    every plan gives every request (default: the bandit's own plan; one with methods and no window
+    shadow-scores them); ``scores``: every verdict's scores from step 20 on."""
     import asyncio
 
     import specactor.policy.actor as policy_actor
@@ -38,6 +40,9 @@ def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, ba
         clock[0] += plan_s
         if choice is None:
             return real_plan(batch, step=step)
+        if choice.methods and not choice.window:
+            policy.fon.shadowed = set(policy.fon.requests)
+        policy.fon.replan_soon = False  # as the bandit's plan does where it explores nothing
         return {rid: choice for rid in policy.fon.requests}
 
     async def send(peer, msg, **kwargs) -> bool:
@@ -49,7 +54,8 @@ def _planned_steps(monkeypatch, plan_s: float, step_ns: int, steps: int = 80, ba
 
     async def feed() -> None:
         for step in range(1, steps + 1):
-            verdicts = [p.Verdict(request_id=f"r{i}", start=10 + step, tokens=[5], accepted=0, drafted=0)
+            verdicts = [p.Verdict(request_id=f"r{i}", start=10 + step, tokens=[5], accepted=0, drafted=0,
+                                  scores=scores if scores and step >= 20 else {})
                         for i in range(batch)]
             if arrivals:  # its prompt is prefilled in this step
                 verdicts.append(p.Verdict(request_id=f"new{step}", start=0, tokens=[5], accepted=0, drafted=0))
@@ -85,11 +91,20 @@ def test_requests_arriving_at_every_step_do_not_break_the_spacing(monkeypatch) -
     assert fast == list(range(1, 81))  # fast plans: every arrival is planned at once, as before
 
 
-def test_the_policy_plans_less_often_while_every_request_is_off_but_not_while_it_shadow_scores(monkeypatch) -> None:
-    """Every request off: nothing changes between plans, so it plans 4x less often. Off but
-    shadow-scored (window 0, a free method drafting): the scores are news a plan must act on; a
-    T=0 tail that began repeating itself waited up to 16 steps for the next plan."""
+def test_the_policy_plans_less_often_while_every_request_is_off_until_shadow_scores_come_right(monkeypatch) -> None:
+    """Every request off: nothing changes between plans, so it plans 4x less often; shadow-scored
+    too (window 0, a free method drafting) while the scores are wrong (at T=1 on 2 cores, plans
+    every 4 steps through such a tail were a quarter of the caller's CPU). Scores that come right
+    are news a plan must act on (a T=0 tail that began repeating itself waited up to 16 steps for
+    the next plan): the next plan comes after the next step, and the rest every 4 steps."""
     off, _ = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice([], 0, True))
     assert {b - a for a, b in zip(off[1:], off[2:])} == {4 * DORMANT_SLOWDOWN}, off
-    shadowed, _ = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice(["ngram"], 0, True))
-    assert {b - a for a, b in zip(shadowed[1:], shadowed[2:])} == {4}, shadowed
+    wrong, policy = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice(["ngram"], 0, True),
+                                   scores={"ngram": [3, 0]})
+    assert {b - a for a, b in zip(wrong[1:], wrong[2:])} == {4 * DORMANT_SLOWDOWN}, wrong
+    assert not policy.fon.promising
+    right, policy = _planned_steps(monkeypatch, 0.0001, 50_000_000, choice=Choice(["ngram"], 0, True),
+                                   scores={"ngram": [1, 1]})
+    # scores from step 20; the 4th right one (step 23) brings a plan at once, the rest come every 4 steps
+    assert policy.fon.promising and right[:3] == [1, 16, 23], right
+    assert {b - a for a, b in zip(right[3:], right[4:])} == {4} and right[3] == 24, right

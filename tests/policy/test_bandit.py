@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from specactor.policy.bandit import FastestOfN
+from specactor.policy.bandit import Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, RandomPolicy, SimRequest, Simulator
 
@@ -464,3 +464,24 @@ def test_a_change_of_text_drops_the_old_misses_as_soon_as_a_shadow_period_shows_
     policy.observe("r6", "ngram", 1, 1)
     policy.plan(2, step=12)
     assert policy.requests["r6"].arms["ngram"].failures == 0
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_plan_that_only_shadows_is_quiet_until_a_period_comes_right(right: bool) -> None:
+    """Shadowing alone does not hurry the plans (FastestOfN.is_quiet): only a shadow period with
+    SHADOW_EVIDENCE scores nearly all right does, at once (``replan_soon``); a plan that drafts is
+    never quiet."""
+    from specactor.policy.bandit import SHADOW_EVIDENCE
+
+    policy = _tail_policy()
+    plan = policy.plan(2, step=4)
+    assert "shadow-scoring" in plan["r6"].reason and policy.is_quiet(plan) and not policy.replan_soon
+    for n in range(SHADOW_EVIDENCE):
+        assert not policy.promising
+        policy.observe("r6", "ngram", 1 if right else 8, 1 if right else 0)
+    assert policy.promising == policy.replan_soon == right
+    assert policy.is_quiet(plan) != right
+    plan = policy.plan(2, step=5)  # the period goes on, its scores still right (or still wrong)
+    assert policy.is_quiet(plan) != right
+    policy.promising = False
+    assert not policy.is_quiet({"r6": Choice(["ngram"], 2, True)})

@@ -31,3 +31,24 @@ def test_the_simulator_plans_less_often_while_every_request_is_off_as_live(choic
     Simulator(CostModel.from_profile(), plan_every=4, dormant=4).run(
         [SimRequest(f"r{i}", 100, {"ngram": 0.5}) for i in range(4)], policy)
     assert {b - a for a, b in zip(policy.planned, policy.planned[1:])} == {gap}, policy.planned
+
+
+class _Quiet(_Recording):
+    """A policy with its own rule for a quiet plan (as FastestOfN has): the simulator asks it."""
+
+    def __init__(self, choice: Choice, quiet: bool) -> None:
+        super().__init__(choice)
+        self.quiet = quiet
+
+    def is_quiet(self, plan: dict[str, Choice]) -> bool:
+        return self.quiet
+
+
+@pytest.mark.parametrize("quiet, gap", [(True, 16), (False, 4)])
+def test_the_simulator_asks_a_policy_with_its_own_rule_whether_a_plan_is_quiet(quiet: bool, gap: int) -> None:
+    """FastestOfN counts a plan that only shadow-scores as quiet until a period's scores come
+    right; the simulator must follow the policy's rule, or replays plan 4x as often as live."""
+    policy = _Quiet(Choice(["ngram"], 0, True), quiet)
+    Simulator(CostModel.from_profile(), plan_every=4, dormant=4).run(
+        [SimRequest(f"r{i}", 100, {"ngram": 0.5}) for i in range(4)], policy)
+    assert {b - a for a, b in zip(policy.planned, policy.planned[1:])} == {gap}, policy.planned
