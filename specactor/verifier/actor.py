@@ -363,14 +363,13 @@ class VerifyActor(Actor):
                      else decoupled_lookahead(max(self.window, msg.window, 1)))
         retrack = mode != old_mode or lookahead != self._lookahead.get(request_id, lookahead)
         self._lookahead[request_id] = lookahead
-        parked = self._parked.setdefault(request_id, set())
         for drafter in old:
             if drafter not in wanted or retrack:  # the request goes on: the drafter may keep its state
                 await self.send(drafter, p.Untrack(request_id=request_id, park=True))
-                parked.add(drafter)
+                self._parked.setdefault(request_id, set()).add(drafter)
         for drafter in wanted:
             if drafter not in old or retrack:
-                parked.discard(drafter)
+                self._parked.get(request_id, set()).discard(drafter)
                 await self.send(drafter, p.Track(
                     request_id=request_id, context_ids=seq.prompt_ids + seq.output_ids,
                     prompt_len=len(seq.prompt_ids), window=lookahead, mode=mode, seed=seq.seed,
@@ -469,15 +468,13 @@ class VerifyActor(Actor):
         per_drafter: dict[str, list[p.Verdict]] = {}
         finished = {seq.request_id: seq for seq in report.finished}
         for verdict in report.verdicts:
-            tracking = self.drafters.get(verdict.request_id, [])
-            for drafter in tracking:
+            for drafter in self.drafters.get(verdict.request_id, []):
                 per_drafter.setdefault(drafter, []).append(verdict)
-            seq = finished.get(verdict.request_id)
-            for drafter in self._parked.pop(verdict.request_id, ()) if verdict.finished else ():
-                if seq is not None and drafter not in tracking:  # parked there: the whole output
-                    per_drafter.setdefault(drafter, []).append(p.Verdict(
-                        request_id=seq.request_id, start=0, tokens=list(seq.output_ids), accepted=0, drafted=0,
-                        finished=True))
+            seq = finished.get(verdict.request_id) if verdict.finished else None
+            for drafter in self._parked.get(verdict.request_id, ()) if seq is not None else ():
+                per_drafter.setdefault(drafter, []).append(p.Verdict(  # parked there: the whole output
+                    request_id=seq.request_id, start=0, tokens=list(seq.output_ids), accepted=0, drafted=0,
+                    finished=True))
         step, step_ns = int(self.stats["steps"]), int(report.forward_s * 1e9)
         for drafter, verdicts in per_drafter.items():
             await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
@@ -537,7 +534,7 @@ class VerifyActor(Actor):
         while len(self._finished_ids) > FINISHED_IDS:
             self._finished_ids.popitem(last=False)
         drafters = self.drafters.pop(seq.request_id, [])
-        parked = self._parked.pop(seq.request_id, set()) - set(drafters)
+        parked = self._parked.pop(seq.request_id, set())  # never beside drafters: a Track unparks
         self._lookahead.pop(seq.request_id, None)
         self.assignments.pop(seq.request_id, None)
         self._not_running.pop(seq.request_id, None)
