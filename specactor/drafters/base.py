@@ -78,6 +78,21 @@ def decoupled_lookahead(window: int) -> int:
     return 2 * window + 1
 
 
+#: Steps whose verdicts a drafter gets together while it drafts only for shadow-scored requests
+#: (window 0: scored, never verified). Each drafting round costs the caller's process CPU, which on
+#: 2 cores comes out of the verifier's forward: 1.2-2.8 ms a T=1 tail step with any request shadowed
+#: when they came every step (bench/RESULTS.md, session 24).
+SHADOW_STRIDE = 4
+
+
+def shadow_lookahead() -> int:
+    """How far a drafter runs ahead for a shadow-scored request: one draft, drafted on the verdicts
+    of SHADOW_STRIDE steps, must reach past the step in flight to the next release, so that a
+    request repeating itself is scored on every step (a wrong draft is scored where it first
+    disagrees, and the next comes SHADOW_STRIDE steps later)."""
+    return decoupled_lookahead(1) + SHADOW_STRIDE - 1
+
+
 class Drafter(Protocol):
     """One drafting method serving many requests.
 

@@ -110,7 +110,9 @@ class PolicyActor(Actor):
             elif v.method:
                 fon.observe(v.request_id, v.method, v.drafted, v.accepted)
             assigned = self.current.get(v.request_id)
-            if assigned is not None and v.start > 0:  # not the prefill step: no drafts there
+            # not the prefill step (no drafts there), nor a shadowed request's: its drafter drafts on every
+            # SHADOW_STRIDE steps' verdicts, so a step without its draft says nothing of the method
+            if assigned is not None and v.start > 0 and assigned.window:
                 offered = set(v.scores) if v.scores else {v.method}
                 for method in assigned.methods:
                     fon.observe_offer(v.request_id, method, method in offered)

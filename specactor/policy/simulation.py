@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specactor.drafters.base import decoupled_lookahead
+from specactor.drafters.base import SHADOW_STRIDE, decoupled_lookahead
 from specactor.policy.bandit import Choice, is_dormant
 from specactor.policy.cost_model import CostModel
 
@@ -192,6 +192,7 @@ class Simulator:
         plan: dict[str, Choice] = {}
         pending: list[tuple[int, dict[str, Choice]]] = []  # (step it takes effect, plan)
         lookahead: dict[tuple[str, str], str] = {}  # (request, method) -> what its last draft's verdict left
+        shadow_run: dict[tuple[str, str], bool] = {}  # (request, method) shadowed: its last score was right
         every = self.plan_every
         while committed and steps < max_steps:
             batch = len(committed)
@@ -204,8 +205,12 @@ class Simulator:
                 plan = {**plan, **pending.pop(0)[1]}
             now = {rid: plan.get(rid) or Choice([], 0, True) for rid in committed}
             # every method's draft, scored against what the request commits; a shadowed request (window 0)
-            # has one committed token score its drafts' first
-            drafts = {rid: [by_id[rid].draft(m, committed[rid], choice.window or 1, rng) for m in choice.methods]
+            # has one committed token score its drafts' first, on the steps where it has a draft: live,
+            # its drafter drafts on every SHADOW_STRIDE steps' verdicts, and a draft that stays right
+            # is scored on each step until the next (a skipped step is None: no score at all)
+            drafts = {rid: [by_id[rid].draft(m, committed[rid], choice.window or 1, rng)
+                            if choice.window or steps % SHADOW_STRIDE == 0 or shadow_run.get((rid, m)) else None
+                            for m in choice.methods]
                       for rid, choice in now.items()}
             fed = rows = 0
             coupled: dict[str, tuple[int, int]] = {}  # method -> (requests, longest window)
@@ -233,10 +238,15 @@ class Simulator:
                 req, done = by_id[rid], committed[rid]
                 choices.append((steps, rid, choice.methods[0] if choice.methods and choice.window else ""))
                 best, longest = 0, 0
-                for m, (drafted, accepted) in zip(choice.methods, drafts[rid]):
+                for m, draft in zip(choice.methods, drafts[rid]):
+                    if draft is None:
+                        continue
+                    drafted, accepted = draft
                     if choice.window:
                         lookahead[(rid, m)] = "none" if not drafted else "kept" if accepted >= drafted else "cut"
-                    if offer is not None:
+                    else:
+                        shadow_run[(rid, m)] = 0 < drafted <= accepted
+                    if offer is not None and choice.window:  # live, shadowed steps say nothing of the rate
                         offer(rid, m, drafted > 0)
                     policy.observe(rid, m, drafted, accepted)
                     if choice.window and (choice.race or drafted > longest):

@@ -35,7 +35,7 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
 from specactor.config import BACKENDS, GRAPHED_PROFILE, torch_dtype
-from specactor.drafters.base import DEFAULT_WINDOW, decoupled_lookahead
+from specactor.drafters.base import DEFAULT_WINDOW, SHADOW_STRIDE, decoupled_lookahead, shadow_lookahead
 from specactor.seeds import sample_seed
 from specactor.verifier.engine import Engine, Sequence
 from specactor.verifier.verifier import Verifier
@@ -105,6 +105,9 @@ class VerifyActor(Actor):
         self._steps_since_trim = 0
         self._policy_forget: list[str] = []  # finished in a VerdictBatch the policy's full inbox dropped
         self._policy_held: list[p.VerdictBatch] = []  # quiet steps' verdicts, sent to the policy together
+        # drafter -> verdicts of steps in which it drafted only for shadow-scored requests, sent together
+        # every SHADOW_STRIDE steps (or before anything else it is sent)
+        self._drafter_held: dict[str, list[p.Verdict]] = {}
         # committed tokens go to each request's reply_to every progress_every_s (p.Progress), so that a
         # restarted verifier resumes requests where this one left them, instead of from their prompts
         self.progress_every_s = progress_every_s
@@ -183,6 +186,7 @@ class VerifyActor(Actor):
                 names.remove(name)
         for parked in self._parked.values():  # a restarted drafter has nothing parked
             parked.discard(name)
+        self._drafter_held.pop(name, None)
         self._wake.set()
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -355,21 +359,23 @@ class VerifyActor(Actor):
         # A decoupled drafter must run further ahead than one step verifies, or its drafts are
         # overtaken by the verifier's own token: give it the full lookahead (the longest window, so
         # that the policy's window changes need no new Track). Not to a request that is only
-        # shadow-scored (window 0): a step checks one of its tokens, and at T=1 a 33-token
-        # lookahead was thrown away after ~2 steps and drafted again, 1.7 s of the caller's CPU
-        # in a 65 s rollout (issue 13's floor); it gets a step's worth.
+        # shadow-scored (window 0): at T=1 a 33-token lookahead was thrown away after ~2 steps and
+        # drafted again, 1.7 s of the caller's CPU in a 65 s rollout (issue 13's floor); its drafter
+        # hears of it every SHADOW_STRIDE steps and drafts just far enough to cover them.
         lookahead = (max(msg.window, 1) if mode == p.DraftMode.COUPLED
-                     else decoupled_lookahead(1) if msg.window == 0
+                     else shadow_lookahead() if msg.window == 0
                      else decoupled_lookahead(max(self.window, msg.window, 1)))
         retrack = mode != old_mode or lookahead != self._lookahead.get(request_id, lookahead)
         self._lookahead[request_id] = lookahead
         for drafter in old:
             if drafter not in wanted or retrack:  # the request goes on: the drafter may keep its state
+                await self._release_held(drafter)
                 await self.send(drafter, p.Untrack(request_id=request_id, park=True))
                 self._parked.setdefault(request_id, set()).add(drafter)
         for drafter in wanted:
             if drafter not in old or retrack:
                 self._parked.get(request_id, set()).discard(drafter)
+                await self._release_held(drafter)
                 await self.send(drafter, p.Track(
                     request_id=request_id, context_ids=seq.prompt_ids + seq.output_ids,
                     prompt_len=len(seq.prompt_ids), window=lookahead, mode=mode, seed=seq.seed,
@@ -476,9 +482,12 @@ class VerifyActor(Actor):
                     request_id=seq.request_id, start=0, tokens=list(seq.output_ids), accepted=0, drafted=0,
                     finished=True))
         step, step_ns = int(self.stats["steps"]), int(report.forward_s * 1e9)
+        windows = self.verifier.windows if self.verifier is not None else {}
         for drafter, verdicts in per_drafter.items():
-            await self.send(drafter, p.VerdictBatch(step=step, verdicts=verdicts, step_ns=step_ns,
-                                                    batch_size=report.batch_size))
+            self._drafter_held.setdefault(drafter, []).extend(verdicts)
+            if step % SHADOW_STRIDE and all(windows.get(v.request_id) == 0 and not v.finished for v in verdicts):
+                continue  # only shadow-scored requests: told every SHADOW_STRIDE steps, with the policy's
+            await self._release_held(drafter, step, step_ns, report.batch_size)
         if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
             await self._to_policy(p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
                                                  batch_size=report.batch_size))
@@ -492,6 +501,15 @@ class VerifyActor(Actor):
             self._learners_told_idle = rollouts.idle
             await self._to_learners(rollouts)
 
+    async def _release_held(self, drafter: str, step: int | None = None, step_ns: int = 0,
+                            batch_size: int = 0) -> None:
+        """Send ``drafter`` the verdicts held for it, one VerdictBatch (before a Track or Untrack: it
+        must see them in the order they were committed)."""
+        verdicts = self._drafter_held.pop(drafter, None)
+        if verdicts:
+            await self.send(drafter, p.VerdictBatch(step=int(self.stats["steps"]) if step is None else step,
+                                                    verdicts=verdicts, step_ns=step_ns, batch_size=batch_size))
+
     async def _to_learners(self, rollouts: p.Rollouts) -> None:
         for learner in self.learners:
             if learner in self.directory and learner not in self.dead_peers:
@@ -504,11 +522,15 @@ class VerifyActor(Actor):
             and not any(isinstance(msg, p.GenerateRequest) for _, msg in self._inbox)
 
     def _quiet(self, batch: p.VerdictBatch) -> bool:
-        """A step the policy learns nothing urgent from: no request drafts or is scored, none
-        arrived (its prefill) or finished. While speculation does not pay, nearly every step is
-        quiet, and a message a step wakes the policy's process, whose CPU comes from the cores
-        the verifier computes on (2-4% of the makespan on 2 cores, issue 13's floor)."""
-        return not any(v.drafted or v.scores or v.finished or v.start == 0 or self.drafters.get(v.request_id)
+        """A step the policy learns nothing urgent from: no request speculates, none arrived (its
+        prefill) or finished; shadow scores may wait (a period needs several). While speculation does
+        not pay, nearly every step is quiet, and a message a step wakes the policy's process, whose
+        CPU comes from the cores the verifier computes on (2-4% of the makespan on 2 cores, issue
+        13's floor); quiet steps go with the shadow-scoring drafters' verdicts (SHADOW_STRIDE divides
+        POLICY_QUIET_STEPS), so that process wakes once for both."""
+        windows = self.verifier.windows if self.verifier is not None else {}
+        return not any(v.drafted or v.finished or v.start == 0
+                       or (self.drafters.get(v.request_id) and windows.get(v.request_id) != 0)
                        for v in batch.verdicts)
 
     async def _to_policy(self, batch: p.VerdictBatch) -> None:
@@ -516,7 +538,7 @@ class VerifyActor(Actor):
         time. Advisory: a policy whose loop stops reading (it lives in the caller's process) must
         not stall verification; it plans on the next batch that gets through."""
         self._policy_held.append(batch)
-        if self._quiet(batch) and len(self._policy_held) < POLICY_QUIET_STEPS:
+        if self._quiet(batch) and batch.step % POLICY_QUIET_STEPS and len(self._policy_held) < POLICY_QUIET_STEPS:
             return
         held, self._policy_held = self._policy_held, []
         for one in held:
@@ -545,6 +567,7 @@ class VerifyActor(Actor):
                       drafted=seq.drafted, accepted=seq.accepted)
         if seq.finish_reason == p.FinishReason.ABORT:  # no final verdict will tell them
             for drafter in [*drafters, *parked]:
+                await self._release_held(drafter)
                 await self.send(drafter, p.Untrack(request_id=seq.request_id))
             if self.policy is not None and self.policy not in self.dead_peers:
                 await self.send(self.policy, p.Untrack(request_id=seq.request_id))

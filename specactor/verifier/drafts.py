@@ -79,6 +79,36 @@ class DraftBook:
             out.append((method, draft.tokens[:window]))
         return out
 
+    def settle(self, request_id: str, committed: list[int], methods: list[str]) -> dict[str, list[int]]:
+        """Score each of ``methods``' stored drafts on the tokens the output has passed since it was
+        stored or last settled, ``[drafted, accepted]`` (all agreed: censored, ``drafted`` is what
+        was checked), then trim what was scored, or drop the draft where it disagreed. For a draft
+        nobody verifies (a shadow-scored request): one that arrived after the output passed its
+        start is scored on that part too, where :meth:`candidates` would have dropped a wrong one
+        unscored and trimmed a right one (scoring only the drafts whose passed part was right
+        counted a lookup's runs and not its misses)."""
+        by_method = self._drafts.get(request_id)
+        if not by_method:
+            return {}
+        now = len(committed)
+        scores = {}
+        for method in [m for m in methods if m in by_method]:
+            draft = by_method[method]
+            overlap = min(now - draft.start, len(draft.tokens))
+            if overlap <= 0:
+                continue
+            got = 0
+            while got < overlap and draft.tokens[got] == committed[draft.start + got]:
+                got += 1
+            if got < overlap:
+                scores[method] = [got + 1, got]
+                del by_method[method]
+            else:
+                scores[method] = [overlap, overlap]
+                del draft.tokens[:overlap]
+                draft.start += overlap
+        return scores
+
     def drop_method(self, request_id: str, method: str) -> None:
         self._drafts.get(request_id, {}).pop(method, None)
 

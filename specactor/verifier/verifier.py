@@ -14,6 +14,8 @@ verified). With the position-keyed sampler a draft token is accepted exactly
 when it equals the committed token, so such a score is what verification would
 have said. A score that ran out of committed tokens before the draft
 disagreed is censored (``drafted`` = what could be checked), not a rejection.
+A shadowed request's draft is scored on every token the output passed since it
+was stored, so one that arrives late counts its miss as well as its run.
 """
 
 from __future__ import annotations
@@ -21,10 +23,6 @@ from __future__ import annotations
 from specactor.verifier.drafts import DraftBook
 from specactor.verifier.engine import Engine, Sequence, StepReport
 from specactor.verifier.tree import matched
-
-
-#: tokens of a shadowed request's draft scored per step (one is committed; the rest wait)
-SHADOW_WINDOW = 8
 
 
 def _score(draft: list[int], committed: list[int]) -> list[int]:
@@ -114,11 +112,7 @@ class Verifier:
             rid = seq.request_id
             window = self.windows.get(rid, self.default_window)
             methods = self.methods.get(rid)
-            if window <= 0:
-                if methods:  # shadowed: score its drafts, verify none
-                    candidates = self.book.candidates(rid, seq.output_ids, SHADOW_WINDOW, methods)
-                    if candidates:
-                        self._offered[rid] = candidates
+            if window <= 0:  # off, or shadowed: its drafts are scored after the step (retire), none verified
                 continue
             if rid in self.racing:
                 candidates = self.book.candidates(rid, seq.output_ids, window, methods)
@@ -141,9 +135,24 @@ class Verifier:
             if candidates and not verdict.scores:
                 verdict.scores = {m: _score(t, verdict.tokens) for m, t in candidates}
 
+    def _score_shadowed(self, report: StepReport) -> None:
+        """A shadowed request's drafts (window 0, methods assigned), scored on every token the output
+        has passed since they were last scored (:meth:`DraftBook.settle`): this step's, and, for a
+        draft that arrived late, the ones before it."""
+        for verdict in report.verdicts:
+            rid = verdict.request_id
+            methods = self.methods.get(rid)
+            if methods and self.windows.get(rid, self.default_window) <= 0 and not verdict.scores:
+                seq = self.sequences.get(rid)
+                scores = self.book.settle(rid, seq.output_ids, methods) if seq is not None else {}
+                if scores:
+                    verdict.scores = scores
+
     def retire(self, report: StepReport) -> None:
-        """Score the drafts offered this step; forget what finished requests held."""
+        """Score the drafts offered this step and the shadowed requests' drafts; forget what
+        finished requests held."""
         self._score_offered(report)
+        self._score_shadowed(report)
         for seq in report.finished:
             self._forget(seq.request_id)
 

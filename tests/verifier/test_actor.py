@@ -1,4 +1,5 @@
-"""VerifyActor's verdicts to the policy: every step's, in order; quiet steps together."""
+"""VerifyActor's verdicts to the policy (every step's, in order; quiet steps together) and to the
+drafters (every step's while a request speculates; a shadow-scored one's every SHADOW_STRIDE steps)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,18 @@ async def test_quiet_steps_reach_the_policy_together_and_every_step_arrives_in_o
     assert all(made - step < POLICY_QUIET_STEPS for step, made in verifier.sent_at)
 
 
+async def test_shadow_scores_alone_reach_the_policy_with_the_quiet_steps(tiny_checkpoint) -> None:
+    """A request that is only scored (window 0) speculates nothing: its scores wait with the
+    quiet steps, so the caller's process is not woken on every step of a tail it shadows."""
+    verifier, batches, results = await _rollout(tiny_checkpoint, p.Assignment(
+        request_id="*", methods=["ngram"], window=0, mode=p.DraftMode.DECOUPLED))
+    _assert_every_step_in_order(verifier, batches, results)
+    steps = int(verifier.stats["steps"])  # the ngram drafter tracks both requests all along
+    assert steps >= 3 * POLICY_QUIET_STEPS
+    assert len({made for _, made in verifier.sent_at}) <= steps // POLICY_QUIET_STEPS + 4
+    assert all(made - step < POLICY_QUIET_STEPS for step, made in verifier.sent_at)
+
+
 async def test_while_a_request_drafts_the_policy_gets_every_step_at_once(tiny_checkpoint) -> None:
     verifier, batches, results = await _rollout(tiny_checkpoint, p.Assignment(
         request_id="*", methods=["ngram"], window=4, mode=p.DraftMode.DECOUPLED))
@@ -87,11 +100,12 @@ async def test_while_a_request_drafts_the_policy_gets_every_step_at_once(tiny_ch
     assert all(made == step for step, made in verifier.sent_at)
 
 
-async def test_a_shadow_scored_request_is_drafted_a_step_ahead_and_a_speculating_one_the_full_lookahead(
+async def test_a_shadow_scored_request_is_drafted_a_stride_ahead_and_a_speculating_one_the_full_lookahead(
         tiny_checkpoint) -> None:
     """Window 0 (the policy scores a free method's drafts for a request it keeps off): a step
-    checks one drafted token, so a long lookahead would mostly be thrown away and drafted again."""
-    from specactor.drafters.base import decoupled_lookahead
+    checks one drafted token, so a long lookahead would mostly be thrown away and drafted again;
+    the drafter hears of it every SHADOW_STRIDE steps, so its draft covers those."""
+    from specactor.drafters.base import decoupled_lookahead, shadow_lookahead
 
     async with ActorSystem("inproc") as system:
         policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
@@ -117,14 +131,55 @@ async def test_a_shadow_scored_request_is_drafted_a_step_ahead_and_a_speculating
             request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=400, seed=1),
             reply_to="client"))
         first = await tracked()
-        assert [type(m) for m in first] == [p.Track] and first[0].window == decoupled_lookahead(1)
+        assert [type(m) for m in first] == [p.Track] and first[0].window == shadow_lookahead()
         await policy.send("verifier", assign("r", 4))
         on = await tracked()
         assert [type(m) for m in on] == [p.Untrack, p.Track] and on[1].window == decoupled_lookahead(16)
         assert len(on[1].context_ids) > len(first[0].context_ids)  # from what is committed by then
         await policy.send("verifier", assign("r", 0))
         off = await tracked()
-        assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == decoupled_lookahead(1)
+        assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == shadow_lookahead()
+
+
+async def _drafter_sees(tiny_checkpoint, window: int) -> tuple[list[p.Message], p.RequestResult]:
+    """Everything a (silent) ngram drafter is sent while one request runs with ``window``."""
+    async with ActorSystem("inproc") as system:
+        policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
+        for actor in (policy, client, drafter):
+            await system.spawn(actor)
+        await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=2,
+                                       max_len=256))
+        await policy.send("verifier", p.AssignmentBatch(assignments=[p.Assignment(
+            request_id="*", methods=["ngram"], window=window, mode=p.DraftMode.DECOUPLED)]))
+        await client.send("verifier", p.GenerateRequest(
+            request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=41, seed=2),
+            reply_to="client"))
+        _, result = await asyncio.wait_for(client.received.get(), 60)
+        assert isinstance(result, p.RequestResult)
+        seen: list[p.Message] = []
+        while True:
+            try:
+                seen.append((await asyncio.wait_for(drafter.received.get(), 0.5))[1])
+            except asyncio.TimeoutError:
+                return seen, result
+
+
+async def test_a_drafter_drafting_only_for_shadowed_requests_hears_every_stride_of_steps_in_one_batch(
+        tiny_checkpoint) -> None:
+    """Each drafting round costs the caller's CPU, which on 2 cores the verifier's forward pays:
+    for a request that is only scored, the drafter gets SHADOW_STRIDE steps' verdicts at a time,
+    all of them, in order, the last one as soon as the request finishes."""
+    from specactor.drafters.base import SHADOW_STRIDE
+
+    for window, most in ((0, SHADOW_STRIDE), (4, 1)):
+        seen, result = await _drafter_sees(tiny_checkpoint, window)
+        batches = [m for m in seen if isinstance(m, p.VerdictBatch)]
+        verdicts = [v for b in batches for v in b.verdicts]
+        assert [t for v in verdicts for t in v.tokens] == result.token_ids[1:]  # after the prefill's
+        assert all(a.start + len(a.tokens) == b.start for a, b in zip(verdicts, verdicts[1:]))
+        assert verdicts[-1].finished and batches[-1].verdicts[-1] is verdicts[-1]
+        assert max(len(b.verdicts) for b in batches) == most
+        assert len(batches) <= len(verdicts) // most + 2  # released at steps divisible by the stride
 
 
 async def test_learners_get_each_finished_sample_and_the_last_batch_says_the_verifier_is_idle(tiny_checkpoint) -> None:

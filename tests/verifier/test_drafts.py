@@ -70,3 +70,42 @@ def test_the_freshest_draft_that_agrees_with_the_output_is_what_is_offered(chunk
     last = next(((s, t) for s, t in reversed(chunks) if t), None)
     if last is not None and last[0] == len(committed) and stored is not None and stored.start == last[0]:
         assert offered and offered[0][1][:len(last[1])] == last[1]
+
+
+def test_settling_a_late_draft_scores_the_tokens_the_output_passed_before_it_arrived() -> None:
+    """A shadow draft that arrives after the output passed its start: a wrong one is a rejection
+    where it first disagreed (it used to be dropped unscored), a right one is scored on the
+    passed tokens and trimmed, so the next settle does not score them again."""
+    book = DraftBook()
+    book.add("r", "wrong", 0, [5, 7, 8])
+    book.add("r", "right", 0, [5, 6, 9, 4])
+    assert book.settle("r", [5, 6], ["wrong", "right"]) == {"wrong": [2, 1], "right": [2, 2]}
+    assert book.methods("r") == ["right"]
+    assert book.settle("r", [5, 6], ["right"]) == {}  # nothing new committed: nothing to score
+    assert book.settle("r", [5, 6, 9], ["right"]) == {"right": [1, 1]}
+    assert book.settle("r", [5, 6, 9, 3, 1], ["right"]) == {"right": [1, 0]}
+    assert book.methods("r") == []
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=8), st.lists(st.integers(0, 3), max_size=12),
+       st.integers(0, 6), st.lists(st.integers(1, 3), min_size=1, max_size=12))
+def test_settling_step_by_step_scores_a_draft_as_once_against_the_whole_output(
+        draft, output, start, strides) -> None:
+    """However the output grows between settles (one token a step, or several while a late draft
+    was on its way), a draft's scores add up to one geometric observation: the tokens right up to
+    its first disagreement, then one rejection, and nothing scored twice."""
+    book = DraftBook()
+    book.add("r", "m", start, draft)
+    drafted = accepted = 0
+    shown = 0
+    for stride in strides + [len(output)]:
+        shown = min(len(output), shown + stride)
+        got = book.settle("r", output[:shown], ["m"]).get("m")
+        if got:
+            drafted, accepted = drafted + got[0], accepted + got[1]
+    checked = output[start:start + len(draft)]
+    right = 0
+    while right < len(checked) and checked[right] == draft[right]:
+        right += 1
+    assert accepted == right
+    assert drafted == (right + 1 if right < len(checked) else right)

@@ -251,3 +251,34 @@ def test_a_shadowed_request_is_scored_but_never_verified() -> None:
     assert all(s["right"] == [1, 1] for s in scores)  # checked one token, right: no rejection
     assert all(s["wrong"][0] >= 1 and s["wrong"][1] == 0 for s in scores)  # wrong at once: a rejection
     assert not seq.per_method  # scores are not verified drafts: the request's own stats stay empty
+
+
+def test_a_shadowed_requests_late_draft_is_scored_on_the_tokens_committed_before_it_arrived() -> None:
+    """A shadow draft reaches the verifier a step or more after the output passed its start. Its
+    passed part counts: a wrong one is a rejection (dropping it unscored counted a lookup's runs
+    and not its misses), a right one counts every token it got right, once."""
+    model = _model("llama")
+    params = SamplingParams(temperature=1.0, max_tokens=16)
+    prompts, seeds = [[4, 5, 6]], [3]
+    reference = _reference(model, prompts, params, seeds)[0].output_ids
+    verifier = Verifier(Engine(model, max_batch=1, max_len=64), default_window=4)
+    (seq,) = _sequences(prompts, params, seeds)
+    verifier.add(seq)
+    verifier.assign(seq.request_id, ["right", "wrong"], 0)
+    totals = {"right": [0, 0], "wrong": [0, 0]}
+    late = 0
+    while verifier.has_work:
+        done = len(seq.output_ids)
+        if done >= 3 and done % 4 == 0:  # drafted from two tokens ago, 6 tokens long
+            good = reference[done - 2:done + 4]
+            verifier.add_draft(seq.request_id, "right", done - 2, good)
+            verifier.add_draft(seq.request_id, "wrong", done - 2, [(t + 1) % VOCAB for t in good])
+            late += 1
+        report = verifier.step()
+        for method, (drafted, accepted) in report.verdicts[0].scores.items():
+            totals[method][0] += drafted
+            totals[method][1] += accepted
+    assert seq.output_ids == reference
+    assert late >= 3
+    assert totals["wrong"] == [late, 0]  # each a rejection at its first token, which was already committed
+    assert totals["right"][0] == totals["right"][1] >= 3 * (late - 1)  # its passed tokens and this step's
