@@ -141,19 +141,27 @@ async def test_a_shadow_scored_request_is_drafted_a_stride_ahead_and_a_speculati
         assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == shadow_lookahead()
 
 
+async def _one_request(system: ActorSystem, tiny_checkpoint, window: int, max_tokens: int,
+                       seed: int) -> tuple[Collector, Collector, Collector]:
+    """A verifier whose policy, client and ngram drafter are Collectors, running request "r" with
+    ``window`` for every request; returns (policy, client, drafter)."""
+    policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
+    for actor in (policy, client, drafter):
+        await system.spawn(actor)
+    await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=2,
+                                   max_len=256))
+    await policy.send("verifier", p.AssignmentBatch(assignments=[p.Assignment(
+        request_id="*", methods=["ngram"], window=window, mode=p.DraftMode.DECOUPLED)]))
+    await client.send("verifier", p.GenerateRequest(
+        request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=max_tokens, seed=seed),
+        reply_to="client"))
+    return policy, client, drafter
+
+
 async def _drafter_sees(tiny_checkpoint, window: int) -> tuple[list[p.Message], p.RequestResult]:
     """Everything a (silent) ngram drafter is sent while one request runs with ``window``."""
     async with ActorSystem("inproc") as system:
-        policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
-        for actor in (policy, client, drafter):
-            await system.spawn(actor)
-        await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=2,
-                                       max_len=256))
-        await policy.send("verifier", p.AssignmentBatch(assignments=[p.Assignment(
-            request_id="*", methods=["ngram"], window=window, mode=p.DraftMode.DECOUPLED)]))
-        await client.send("verifier", p.GenerateRequest(
-            request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=41, seed=2),
-            reply_to="client"))
+        _, client, drafter = await _one_request(system, tiny_checkpoint, window, max_tokens=41, seed=2)
         _, result = await asyncio.wait_for(client.received.get(), 60)
         assert isinstance(result, p.RequestResult)
         seen: list[p.Message] = []
@@ -237,16 +245,7 @@ async def test_a_request_turned_off_is_parked_at_its_drafter_which_gets_its_whol
     (Untrack.park), and when the request finishes without it, one verdict from position 0 brings it
     the whole output (a suffix drafter's history of the prompt would otherwise hold a partial copy)."""
     async with ActorSystem("inproc") as system:
-        policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
-        for actor in (policy, client, drafter):
-            await system.spawn(actor)
-        await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=2,
-                                       max_len=256))
-        await policy.send("verifier", p.AssignmentBatch(assignments=[p.Assignment(
-            request_id="*", methods=["ngram"], window=4, mode=p.DraftMode.DECOUPLED)]))
-        await client.send("verifier", p.GenerateRequest(
-            request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=80, seed=1),
-            reply_to="client"))
+        policy, client, drafter = await _one_request(system, tiny_checkpoint, window=4, max_tokens=80, seed=1)
         seen: list[p.Message] = []
         while not any(isinstance(m, p.VerdictBatch) for m in seen):
             seen.append((await asyncio.wait_for(drafter.received.get(), 30))[1])

@@ -221,19 +221,25 @@ def test_racing_keeps_the_longest_accepted_draft_even_when_it_is_not_first() -> 
     assert seqs[0].per_method["perfect"]["accepted"] > 0 and seqs[0].per_method["wrong"]["accepted"] == 0
 
 
-def test_a_shadowed_request_is_scored_but_never_verified() -> None:
-    """Window 0 with methods assigned (the policy's shadowing): every step advances one token,
-    as plain decoding does, yet each method's draft is scored against the committed token:
-    a right draft as accepted, a wrong one as rejected, and a right one the step could not
-    check beyond its first token not as a rejection (censored)."""
+def _shadowed(max_tokens: int, seed: int) -> tuple[Verifier, Sequence, list[int]]:
+    """One T=1 request shadow-scored (window 0) for methods "right" and "wrong", and its reference output."""
     model = _model("llama")
-    params = SamplingParams(temperature=1.0, max_tokens=12)
-    prompts, seeds = [[4, 5, 6]], [9]
+    params = SamplingParams(temperature=1.0, max_tokens=max_tokens)
+    prompts, seeds = [[4, 5, 6]], [seed]
     reference = _reference(model, prompts, params, seeds)[0].output_ids
     verifier = Verifier(Engine(model, max_batch=1, max_len=64), default_window=4)
     (seq,) = _sequences(prompts, params, seeds)
     verifier.add(seq)
     verifier.assign(seq.request_id, ["right", "wrong"], 0)
+    return verifier, seq, reference
+
+
+def test_a_shadowed_request_is_scored_but_never_verified() -> None:
+    """Window 0 with methods assigned (the policy's shadowing): every step advances one token,
+    as plain decoding does, yet each method's draft is scored against the committed token:
+    a right draft as accepted, a wrong one as rejected, and a right one the step could not
+    check beyond its first token not as a rejection (censored)."""
+    verifier, seq, reference = _shadowed(max_tokens=12, seed=9)
     scores = []
     while verifier.has_work:
         done = len(seq.output_ids)
@@ -257,14 +263,7 @@ def test_a_shadowed_requests_late_draft_is_scored_on_the_tokens_committed_before
     """A shadow draft reaches the verifier a step or more after the output passed its start. Its
     passed part counts: a wrong one is a rejection (dropping it unscored counted a lookup's runs
     and not its misses), a right one counts every token it got right, once."""
-    model = _model("llama")
-    params = SamplingParams(temperature=1.0, max_tokens=16)
-    prompts, seeds = [[4, 5, 6]], [3]
-    reference = _reference(model, prompts, params, seeds)[0].output_ids
-    verifier = Verifier(Engine(model, max_batch=1, max_len=64), default_window=4)
-    (seq,) = _sequences(prompts, params, seeds)
-    verifier.add(seq)
-    verifier.assign(seq.request_id, ["right", "wrong"], 0)
+    verifier, seq, reference = _shadowed(max_tokens=16, seed=3)
     totals = {"right": [0, 0], "wrong": [0, 0]}
     late = 0
     while verifier.has_work:
