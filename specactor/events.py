@@ -61,7 +61,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "verify.step": (
         "One verification step of the VerifyActor (methods: name -> [drafted, accepted, drafts] verified; "
         "shadowed: the same for the drafts of requests that were off but shadow-scored, checked against the "
-        "step's committed token and not verified; graph: the "
+        "tokens committed since they were stored (the step's, and for a draft that arrived late the ones "
+        "before) and not verified; graph: the "
         "CUDA graph's batch x chunk the padded step replayed, empty when the step ran eagerly; forward_ms: "
         "the forward as the device ran it, on a GPU timed by CUDA events; step_ms: the whole step).",
         ("step", "batch_size", "prefill_tokens", "drafted", "accepted", "new_tokens", "forward_ms", "step_ms",

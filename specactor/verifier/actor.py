@@ -485,8 +485,10 @@ class VerifyActor(Actor):
         windows = self.verifier.windows if self.verifier is not None else {}
         for drafter, verdicts in per_drafter.items():
             self._drafter_held.setdefault(drafter, []).extend(verdicts)
-            if step % SHADOW_STRIDE and all(windows.get(v.request_id) == 0 and not v.finished for v in verdicts):
+            if step % SHADOW_STRIDE and all(windows.get(v.request_id) == 0 and not v.finished
+                                            and v.request_id not in self.coupled for v in verdicts):
                 continue  # only shadow-scored requests: told every SHADOW_STRIDE steps, with the policy's
+                # quiet steps (a coupled one's step waits for its draft: it is told at once)
             await self._release_held(drafter, step, step_ns, report.batch_size)
         if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
             await self._to_policy(p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,

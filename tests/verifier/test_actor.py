@@ -141,27 +141,28 @@ async def test_a_shadow_scored_request_is_drafted_a_stride_ahead_and_a_speculati
         assert [type(m) for m in off] == [p.Untrack, p.Track] and off[1].window == shadow_lookahead()
 
 
-async def _one_request(system: ActorSystem, tiny_checkpoint, window: int, max_tokens: int,
-                       seed: int) -> tuple[Collector, Collector, Collector]:
+async def _one_request(system: ActorSystem, tiny_checkpoint, window: int, max_tokens: int, seed: int,
+                       mode: p.DraftMode = p.DraftMode.DECOUPLED) -> tuple[Collector, Collector, Collector]:
     """A verifier whose policy, client and ngram drafter are Collectors, running request "r" with
-    ``window`` for every request; returns (policy, client, drafter)."""
+    ``window`` and ``mode`` for every request; returns (policy, client, drafter)."""
     policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
     for actor in (policy, client, drafter):
         await system.spawn(actor)
     await system.spawn(VerifyActor("verifier", model=str(tiny_checkpoint), policy="policy", max_batch=2,
-                                   max_len=256))
+                                   max_len=256, barrier_timeout_s=0.05))  # coupled: the drafter never answers
     await policy.send("verifier", p.AssignmentBatch(assignments=[p.Assignment(
-        request_id="*", methods=["ngram"], window=window, mode=p.DraftMode.DECOUPLED)]))
+        request_id="*", methods=["ngram"], window=window, mode=mode)]))
     await client.send("verifier", p.GenerateRequest(
         request_id="r", prompt_ids=[1, 5, 9, 13] * 3, params=p.SamplingParams(max_tokens=max_tokens, seed=seed),
         reply_to="client"))
     return policy, client, drafter
 
 
-async def _drafter_sees(tiny_checkpoint, window: int) -> tuple[list[p.Message], p.RequestResult]:
+async def _drafter_sees(tiny_checkpoint, window: int,
+                        mode: p.DraftMode) -> tuple[list[p.Message], p.RequestResult]:
     """Everything a (silent) ngram drafter is sent while one request runs with ``window``."""
     async with ActorSystem("inproc") as system:
-        _, client, drafter = await _one_request(system, tiny_checkpoint, window, max_tokens=41, seed=2)
+        _, client, drafter = await _one_request(system, tiny_checkpoint, window, max_tokens=41, seed=2, mode=mode)
         _, result = await asyncio.wait_for(client.received.get(), 60)
         assert isinstance(result, p.RequestResult)
         seen: list[p.Message] = []
@@ -176,11 +177,13 @@ async def test_a_drafter_drafting_only_for_shadowed_requests_hears_every_stride_
         tiny_checkpoint) -> None:
     """Each drafting round costs the caller's CPU, which on 2 cores the verifier's forward pays:
     for a request that is only scored, the drafter gets SHADOW_STRIDE steps' verdicts at a time,
-    all of them, in order, the last one as soon as the request finishes."""
+    all of them, in order, the last one as soon as the request finishes. A speculating request's
+    drafter hears of every step at once, and so does a coupled one's (its step waits for the draft)."""
     from specactor.drafters.base import SHADOW_STRIDE
 
-    for window, most in ((0, SHADOW_STRIDE), (4, 1)):
-        seen, result = await _drafter_sees(tiny_checkpoint, window)
+    decoupled, coupled = p.DraftMode.DECOUPLED, p.DraftMode.COUPLED
+    for window, mode, most in ((0, decoupled, SHADOW_STRIDE), (4, decoupled, 1), (0, coupled, 1)):
+        seen, result = await _drafter_sees(tiny_checkpoint, window, mode)
         batches = [m for m in seen if isinstance(m, p.VerdictBatch)]
         verdicts = [v for b in batches for v in b.verdicts]
         assert [t for v in verdicts for t in v.tokens] == result.token_ids[1:]  # after the prefill's
