@@ -482,10 +482,11 @@ class VerifyActor(Actor):
                     request_id=seq.request_id, start=0, tokens=list(seq.output_ids), accepted=0, drafted=0,
                     finished=True))
         step, step_ns = int(self.stats["steps"]), int(report.forward_s * 1e9)
-        windows = self.verifier.windows if self.verifier is not None else {}
+        assert self.verifier is not None
+        shadowed = self.verifier.is_shadowed
         for drafter, verdicts in per_drafter.items():
             self._drafter_held.setdefault(drafter, []).extend(verdicts)
-            if step % SHADOW_STRIDE and all(windows.get(v.request_id) == 0 and not v.finished
+            if step % SHADOW_STRIDE and all(shadowed(v.request_id) and not v.finished
                                             and v.request_id not in self.coupled for v in verdicts):
                 continue  # only shadow-scored requests: told every SHADOW_STRIDE steps, with the policy's
                 # quiet steps (a coupled one's step waits for its draft: it is told at once)
@@ -530,9 +531,9 @@ class VerifyActor(Actor):
         CPU comes from the cores the verifier computes on (2-4% of the makespan on 2 cores, issue
         13's floor); quiet steps go with the shadow-scoring drafters' verdicts (SHADOW_STRIDE divides
         POLICY_QUIET_STEPS), so that process wakes once for both."""
-        windows = self.verifier.windows if self.verifier is not None else {}
+        assert self.verifier is not None
         return not any(v.drafted or v.finished or v.start == 0
-                       or (self.drafters.get(v.request_id) and windows.get(v.request_id) != 0)
+                       or (self.drafters.get(v.request_id) and not self.verifier.is_shadowed(v.request_id))
                        for v in batch.verdicts)
 
     async def _to_policy(self, batch: p.VerdictBatch) -> None:

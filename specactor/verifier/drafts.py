@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specactor.verifier.tree import matched
+
 
 @dataclass
 class StoredDraft:
@@ -97,9 +99,7 @@ class DraftBook:
             overlap = min(now - draft.start, len(draft.tokens))
             if overlap <= 0:
                 continue
-            got = 0
-            while got < overlap and draft.tokens[got] == committed[draft.start + got]:
-                got += 1
+            got = matched(draft.tokens[:overlap], committed[draft.start:now])
             if got < overlap:
                 scores[method] = [got + 1, got]
                 del by_method[method]

@@ -135,16 +135,19 @@ class Verifier:
             if candidates and not verdict.scores:
                 verdict.scores = {m: _score(t, verdict.tokens) for m, t in candidates}
 
+    def is_shadowed(self, request_id: str) -> bool:
+        """Whether the request's drafts are scored and none verified: methods assigned, window 0."""
+        return bool(self.methods.get(request_id)) and self.windows.get(request_id, self.default_window) <= 0
+
     def _score_shadowed(self, report: StepReport) -> None:
-        """A shadowed request's drafts (window 0, methods assigned), scored on every token the output
-        has passed since they were last scored (:meth:`DraftBook.settle`): this step's, and, for a
-        draft that arrived late, the ones before it."""
+        """A shadowed request's drafts, scored on every token the output has passed since they were
+        last scored (:meth:`DraftBook.settle`): this step's, and, for a draft that arrived late, the
+        ones before it."""
         for verdict in report.verdicts:
             rid = verdict.request_id
-            methods = self.methods.get(rid)
-            if methods and self.windows.get(rid, self.default_window) <= 0 and not verdict.scores:
-                seq = self.sequences.get(rid)
-                scores = self.book.settle(rid, seq.output_ids, methods) if seq is not None else {}
+            seq = self.sequences.get(rid)
+            if seq is not None and self.is_shadowed(rid):
+                scores = self.book.settle(rid, seq.output_ids, self.methods[rid])
                 if scores:
                     verdict.scores = scores
 
