@@ -38,13 +38,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from specactor.bench import replay_learned
 from specactor.bench.replay import load_rollout
 from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
-from specactor.bench.replay_workload import REPLAY_METHODS, samples_of
+from specactor.bench.replay_workload import REPLAY_METHODS, looks_greedy, rollout_limit, samples_of
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import DORMANT_SLOWDOWN, FastestOfN
 from specactor.policy.cost_model import CostModel
@@ -166,7 +167,8 @@ def main() -> None:
     parser.add_argument("--learned", metavar="TRAIN.jsonl[,...]",
                         help="train the learned drafter on these rollouts and replay it as method 'learned'")
     parser.add_argument("--sampling", metavar="T:SEED[,...]",
-                        help="each replayed rollout's temperature and --seed, in order (needed by --learned)")
+                        help="each replayed rollout's temperature and --seed, in order (needed by --learned; "
+                             "without it, a rollout counts as greedy if every prompt's samples are the same)")
     parser.add_argument("--learned-cost", type=float, default=1 / 16,
                         help="the learned drafter's time per token, in target decode steps (default 1/16)")
     parser.add_argument("--learned-on-verifier", action="store_true",
@@ -183,7 +185,7 @@ def main() -> None:
     if LEARNED in methods and not args.learned:
         parser.error(f"method {LEARNED!r} needs --learned (rollouts to train it on)")
     try:
-        sampling = parse_sampling(args.sampling, len(args.rollouts)) if args.learned else []
+        sampling = parse_sampling(args.sampling, len(args.rollouts)) if args.learned or args.sampling else []
     except ValueError as exc:
         parser.error(str(exc))
     names = [n for n in args.policies.split(",") if n]
@@ -216,6 +218,12 @@ def main() -> None:
     per_rollout = {path: settings for path in rollouts}
     if args.learned:
         per_rollout, report["learned"] = learned_settings(args, settings, sampling, rows_of)
+    # what the policy is told of each rollout: its max_tokens and whether it decoded greedily (--sampling's
+    # temperatures, else what its rows show)
+    temperatures = [t for t, _ in sampling] or [None] * len(rollouts)
+    for (path, rows), temperature in zip(rows_of.items(), temperatures):
+        greedy = looks_greedy(rows) if temperature is None else temperature == 0
+        per_rollout[path] = replace(per_rollout[path], limit=rollout_limit(rows), greedy=greedy)
     print("\n".join(TABLE_HEADER))
     for path, samples in rollouts.items():
         compared = report["rollouts"][path] = compare(samples, names, per_rollout[path])

@@ -234,10 +234,14 @@ def _replay(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from specactor.bench.replay import load_rollout
     from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, table_rows
-    from specactor.bench.replay_workload import rollout_samples
+    from specactor.bench.replay_workload import looks_greedy, rollout_limit, samples_of
     from specactor.policy.cost_model import CostModel
 
+    if args.temperature is not None and args.temperature < 0:
+        print(f"specactor replay: --temperature must be at least 0 (got {args.temperature})", file=sys.stderr)
+        return 2
     try:
         if args.profile == "cached":
             from specactor.bench.suite import ceiling_cost
@@ -246,8 +250,11 @@ def _replay(args: argparse.Namespace) -> int:
             cost = ceiling_cost(EngineConfig(model=args.model))
         else:
             cost = CostModel.from_profile(None if args.profile == "packaged" else args.profile)
-        settings = ReplaySettings(cost, [m for m in args.drafters.split(",") if m], args.window, seeds=args.seeds)
-        samples = rollout_samples(args.rollout)
+        rows = load_rollout(args.rollout)
+        greedy = looks_greedy(rows) if args.temperature is None else args.temperature == 0
+        settings = ReplaySettings(cost, [m for m in args.drafters.split(",") if m], args.window, seeds=args.seeds,
+                                  limit=args.max_tokens or rollout_limit(rows), greedy=greedy)
+        samples = samples_of(rows)
         compared = compare(samples, ["geometric", "clairvoyant", "perfect"], settings)
         compared["runs"] = {("specactor policy" if name == "geometric" else name): row
                             for name, row in compared["runs"].items()}
@@ -256,7 +263,8 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     source = cost.source if cost.source == "packaged" else Path(cost.source).name
     print(f"{len(samples)} samples, {sum(len(o) for _, _, o in samples)} tokens; step times from the {source} "
-          f"profile; drafters {', '.join(settings.methods)}, window up to {args.window}")
+          f"profile; drafters {', '.join(settings.methods)}, window up to {args.window}; "
+          f"max_tokens {settings.limit or 'not known'}, {'greedy' if settings.greedy else 'sampled'}")
     print("\n".join(TABLE_HEADER + table_rows(Path(args.rollout).name, compared)))
     if args.json:
         Path(args.json).write_text(json.dumps(compared, indent=1))
@@ -296,6 +304,12 @@ def _add_replay(commands: argparse._SubParsersAction) -> None:
                                                                                    "verifies per request")
     replay.add_argument("--seeds", type=positive_int, default=3,
                         help="policy seeds (its Thompson draws and explorations); the median run is shown")
+    replay.add_argument("--max-tokens", type=positive_int, default=None,
+                        help="the rollout's max_tokens, which the policy is told (default: the length of its samples "
+                             "that stopped there; not known if none did)")
+    replay.add_argument("--temperature", type=float, default=None,
+                        help="the rollout's temperature; only whether it is 0 matters (default: 0 if every prompt's "
+                             "samples are the same tokens, else above 0)")
     replay.add_argument("--json", metavar="OUT.json", help="also write the figures here")
     replay.set_defaults(func=_replay)
 

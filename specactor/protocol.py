@@ -255,7 +255,9 @@ class Verdict(_Msg, tag=24):
     ``start`` is the committed length before this step, ``tokens`` the tokens
     committed in this step (accepted draft prefix plus the verifier's own).
     When several methods raced, ``method`` is the winner and ``scores`` holds
-    ``[drafted, accepted]`` for each of them.
+    ``[drafted, accepted]`` for each of them. ``max_tokens`` (0: not told) and
+    ``greedy`` are the request's sampling limits, for the policy: a rollout
+    batch is done when its last sample is (:mod:`specactor.policy.makespan`).
     """
 
     request_id: str
@@ -266,6 +268,8 @@ class Verdict(_Msg, tag=24):
     method: str = ""
     finished: bool = False
     scores: dict[str, list[int]] = {}
+    max_tokens: int = 0
+    greedy: bool = False
 
 
 class VerdictBatch(_Msg, tag=25):

@@ -24,6 +24,7 @@ def test_it_prints_and_writes_the_policy_beside_its_ceilings(tmp_path, capsys) -
     assert main(["replay", path, "--profile", "packaged", "--seeds", "1", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "4 samples, 1100 tokens; step times from the packaged profile" in printed
+    assert "max_tokens not known, sampled" in printed  # no sample stopped at a limit; siblings differ
     for name in ("plain", "specactor policy"):
         assert f"| rollout.jsonl | {name} |" in printed
     for name in ("clairvoyant", "perfect"):  # the ceilings at their best fixed window
@@ -42,3 +43,14 @@ def test_bad_input_is_named(tmp_path, capsys) -> None:
     (tmp_path / "bad.jsonl").write_text('{"id": "x"}\n')
     assert main(["replay", str(tmp_path / "bad.jsonl"), "--profile", "packaged"]) == 2
     assert "bad.jsonl line 1 is not a rollout sample" in capsys.readouterr().err
+
+
+def test_it_tells_the_policy_the_rollout_s_limit_and_temperature(tmp_path, capsys) -> None:
+    path = _rollout(tmp_path / "rollout.jsonl", [[5, 6, 7, 8] * 10, [5, 6, 7, 8] * 10])
+    assert main(["replay", path, "--profile", "packaged", "--seeds", "1"]) == 0
+    assert "max_tokens not known, greedy" in capsys.readouterr().out  # the two samples are the same
+    assert main(["replay", path, "--profile", "packaged", "--seeds", "1", "--max-tokens", "64",
+                 "--temperature", "1"]) == 0
+    assert "max_tokens 64, sampled" in capsys.readouterr().out
+    assert main(["replay", path, "--profile", "packaged", "--temperature", "-1"]) == 2
+    assert "--temperature must be at least 0 (got -1.0)" in capsys.readouterr().err

@@ -32,7 +32,8 @@ def load_rollout(path: str | Path) -> list[dict]:
         try:
             row = json.loads(line)
             rows.append({"id": str(row["id"]), "sample": int(row["sample"]), "prompt_ids": list(row["prompt_ids"]),
-                         "token_ids": list(row["token_ids"]), "stats": row.get("stats") or {}})
+                         "token_ids": list(row["token_ids"]), "stats": row.get("stats") or {},
+                         "finish_reason": row.get("finish_reason")})
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path} line {number} is not a rollout sample (id, sample, prompt_ids, token_ids): "
                              f"{exc!r}") from None

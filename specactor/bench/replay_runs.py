@@ -50,6 +50,8 @@ class ReplaySettings:
     seeds: int = 1  # policy seeds (Thompson draws, explorations) per Fastest-of-N run
     reported: float = 1.0  # the share of a step's time the policy is told (see Simulator)
     dormant: int = DORMANT_SLOWDOWN  # live: plans that much less often while every request is off
+    limit: int | None = None  # the rollout's max_tokens, which the policy is told (None: not known)
+    greedy: bool = False  # the rollout decoded at temperature 0, which the policy is told
 
 
 class _Perfect(ReplayRequest):
@@ -82,7 +84,7 @@ def run(samples: list[Sample], name: str, settings: ReplaySettings, history: lis
         requests = [_Perfect(rid, [], output, {}) for rid, _, output in samples if output]
     else:
         requests = replay_requests(samples, settings.methods, history, name == "clairvoyant",
-                                   settings.drafter_options)
+                                   settings.drafter_options, settings.limit, settings.greedy)
     result = Simulator(settings.cost, plan_every=settings.plan_every, lag=settings.lag,
                        reported=settings.reported, dormant=settings.dormant).run(
         requests, make_policy(name, settings, seed))
@@ -145,13 +147,14 @@ def compare(samples: list[Sample], names: list[str], settings: ReplaySettings,
 
 def replay_ceilings(samples: list[Sample], methods: list[str], cost: CostModel, measured_autoregressive_s: float,
                     window: int = DEFAULT_WINDOW,
-                    history: list[tuple[list[int], list[int]]] = ()) -> dict[str, Any]:
+                    history: list[tuple[list[int], list[int]]] = (), limit: int | None = None,
+                    greedy: bool = False) -> dict[str, Any]:
     """What ``specactor bench`` reports under each table: autoregressive, the policy (its defaults,
     as the engine runs it) and clairvoyant drafts replayed on a run's own tokens, calibrated so that
     replayed autoregressive takes the measured time. The policy's figure is what it would make of
     the run on an ideal engine (no drafter lookahead, prefill or messaging): beside the measured
     run, the difference is the engine's; beside clairvoyant, the policy's."""
-    settings = ReplaySettings(cost, list(methods), window)
+    settings = ReplaySettings(cost, list(methods), window, limit=limit, greedy=greedy)
     got = compare(samples, ["geometric", "clairvoyant"], settings, history, measured_autoregressive_s)
     runs = got["runs"]
     return {"methods": got["methods"], "scale": got["scale"], "autoregressive": runs["plain"],

@@ -39,10 +39,11 @@ class ReplayRequest:
     """One sample of a rollout, drafted for by drafters shared with the workload's other requests."""
 
     def __init__(self, request_id: str, prompt: list[int], output: list[int], drafters: dict[str, object],
-                 clairvoyant: bool = False) -> None:
+                 clairvoyant: bool = False, limit: int | None = None, greedy: bool = False) -> None:
         if not output:
             raise ValueError(f"sample {request_id} has no output tokens to replay")
         self.request_id, self.output, self.length = request_id, list(output), len(output)
+        self.limit, self.greedy = limit, greedy  # what the policy is told (the simulator's module docstring)
         self.clairvoyant = clairvoyant
         self.drafters = drafters
         self.states = {m: DraftState(request_id, list(prompt), []) for m in drafters}
@@ -85,11 +86,14 @@ class ReplayRequest:
 
 def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: list[str],
                     history: list[tuple[list[int], list[int]]] = (), clairvoyant: bool = False,
-                    drafter_options: dict[str, dict] | None = None) -> list[ReplayRequest]:
+                    drafter_options: dict[str, dict] | None = None, limit: int | None = None,
+                    greedy: bool = False) -> list[ReplayRequest]:
     """Simulator requests for ``(request id, prompt ids, output ids)`` samples, drafted for by fresh
     drafters of ``methods`` (built with ``drafter_options[method]``, e.g. ``{"ngram": {"min_n": 3}}``)
     that hold ``history`` (earlier epochs' (prompt, output) pairs) as finished outputs, as the
-    drafter actors do after an epoch. Empty outputs are left out."""
+    drafter actors do after an epoch. Empty outputs are left out. ``limit`` and ``greedy``: the
+    rollout's max_tokens (None: not known) and whether it decoded at temperature 0, which the policy
+    is told."""
     unknown = [m for m in methods if m not in REPLAY_METHODS]
     if unknown:
         raise ValueError(f"cannot replay {', '.join(unknown)}: replayable drafters are "
@@ -102,7 +106,8 @@ def replay_requests(samples: list[tuple[str, list[int], list[int]]], methods: li
             state.committed += list(output)
             d.observe(state, 0, list(output))
             d.finish(state)
-    return [ReplayRequest(rid, prompt, output, drafters, clairvoyant) for rid, prompt, output in samples if output]
+    return [ReplayRequest(rid, prompt, output, drafters, clairvoyant, limit, greedy)
+            for rid, prompt, output in samples if output]
 
 
 def rollout_samples(path: str | Path) -> list[tuple[str, list[int], list[int]]]:
@@ -113,6 +118,24 @@ def rollout_samples(path: str | Path) -> list[tuple[str, list[int], list[int]]]:
 def samples_of(rows: list[dict]) -> list[tuple[str, list[int], list[int]]]:
     """:func:`specactor.bench.replay.load_rollout`'s rows as (``id#sample``, prompt ids, output ids)."""
     return [(sample_key(row), row["prompt_ids"], row["token_ids"]) for row in rows]
+
+
+def rollout_limit(rows: list[dict]) -> int | None:
+    """The rollout's max_tokens as far as its rows show it: the length of the samples that stopped at
+    their limit (finish reason ``length``); None where none did (the limit is then not known)."""
+    capped = [len(row["token_ids"]) for row in rows if row.get("finish_reason") == "length"]
+    return max(capped) if capped else None
+
+
+def looks_greedy(rows: list[dict]) -> bool:
+    """Whether the rollout decoded at temperature 0, as far as its rows show it (they do not record
+    the temperature): a prompt's samples are then all the same tokens, while at any temperature
+    above 0 their position-keyed noise differs. False where no prompt has two samples."""
+    groups: dict[str, list[list[int]]] = {}
+    for row in rows:
+        groups.setdefault(str(row["id"]), []).append(row["token_ids"])
+    siblings = [g for g in groups.values() if len(g) > 1]
+    return bool(siblings) and all(all(s == g[0] for s in g) for g in siblings)
 
 
 def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,

@@ -293,7 +293,8 @@ def temperature_ceilings(by_mode: dict[str, list[RunRecord]], cost: CostModel,
                     **from_samples(runs, cost, reference.makespan_s, max_window=max_window)})
         if prompts and methods and all(sid in prompts for sid in reference.outputs):
             samples = [(sid, prompts[sid], tokens) for sid, tokens in reference.outputs.items()]
-            out[-1]["replayed"] = replay_ceilings(samples, methods, cost, reference.makespan_s, max_window, history)
+            out[-1]["replayed"] = replay_ceilings(samples, methods, cost, reference.makespan_s, max_window, history,
+                                                  max_tokens, reference.temperature == 0)
             history += [(prompt, tokens) for _, prompt, tokens in samples]
     return out
 

@@ -117,6 +117,7 @@ class PolicyActor(Actor):
                 for method in assigned.methods:
                     fon.observe_offer(v.request_id, method, method in offered)
             fon.observe_commit(v.request_id, len(v.tokens), v.tokens)
+            fon.observe_limit(v.request_id, v.max_tokens - v.start - len(v.tokens) if v.max_tokens else -1, v.greedy)
             fed += 1 + v.drafted
             rows += v.drafted > 0
             prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's

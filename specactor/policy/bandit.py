@@ -25,7 +25,11 @@ off. That allocation uses a cautious acceptance: the posterior mean less
 ``caution`` standard deviations, the posterior pooling up to ``pool_weight``
 observations of the method's global estimate (a request with little evidence
 of its own is like the others). While nothing at all is known of a method,
-only explorers use it. A request that is off learns nothing: its own evidence
+only explorers use it. A rollout batch is done when its last sample is: where
+every request's limit is known and none is greedy, the allocation must also
+bring the batch's end nearer, every request assumed to run to its limit
+(:mod:`specactor.policy.makespan`; an exploration too, at its draws), or
+every request is off. A request that is off learns nothing: its own evidence
 fades towards the global estimate, or one unlucky early on would stay off.
 
 Exploration is the Thompson draw: a few requests (``explore_share`` of the
@@ -101,6 +105,7 @@ from specactor.drafters.base import decoupled_lookahead
 from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, iteration_s,
                                          progress_by_window, race_progress, useful_window)
 from specactor.policy.drafting_tally import DraftingTally, drafting_seconds
+from specactor.policy.makespan import Row, finish_s
 from specactor.policy.window_sweep import WindowSweep
 
 
@@ -207,6 +212,8 @@ class _Request:
     shadow_gap: int = 0  # rounds between the end of the next period and the one after (0: not yet set)
     shadow_start: float = 0.0  # plan round at which its current shadow period began
     period: dict[str, list[float]] = field(default_factory=dict)  # per method: [right, checked] this shadow period
+    left: int = -1  # output tokens it may still generate (its max_tokens less its output; -1: not known)
+    greedy: bool = False  # decoded at temperature 0
 
 
 class FastestOfN:
@@ -226,7 +233,7 @@ class FastestOfN:
                  max_explore_gap: int = 256, explore_steps: int = 8, explore_window: int = 1,
                  round_steps: int = 4, shadow: bool = True, shadow_below: float = 0.5, shadow_rounds: int = 2,
                  shadow_gap: int = 4, max_shadow_gap: int = 16, shadow_keep: float = 0.8,
-                 acceptance: str = "geometric", seed: int = 0) -> None:
+                 closed_batch: bool = True, acceptance: str = "geometric", seed: int = 0) -> None:
         if not methods:
             raise ValueError("FastestOfN needs at least one drafting method")
         if scheme not in SCHEMES:
@@ -270,6 +277,9 @@ class FastestOfN:
         self.shadow, self.shadow_below = shadow, shadow_below
         self.shadow_rounds, self.shadow_gap, self.max_shadow_gap = shadow_rounds, shadow_gap, max_shadow_gap
         self.shadow_keep = shadow_keep
+        # a plan must also bring the batch's end nearer, every sampled request assumed to run to its
+        # limit (:mod:`specactor.policy.makespan`), where every request's limit is known
+        self.closed_batch = closed_batch
         self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
         # a shadowed request's period has SHADOW_EVIDENCE scores, nearly all right: it may turn on
         # soon, so plans come at the usual cadence (False: shadowing alone does not hurry them)
@@ -339,6 +349,14 @@ class FastestOfN:
         if req is not None:
             rate = req.draft_rates.get(method, 1.0)
             req.draft_rates[method] = rate + (1 - self.decay) * (float(offered) - rate)
+
+    def observe_limit(self, request_id: str, left: int, greedy: bool) -> None:
+        """The request may still generate ``left`` output tokens (its max_tokens less its output so
+        far; negative: not known) and is decoded greedily or not: what the closed-batch check needs
+        (:meth:`_finishes_sooner`)."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            req.left, req.greedy = left, greedy
 
     def observe_commit(self, request_id: str, tokens: int, ids: list[int] | None = None) -> None:
         """The step committed ``tokens`` tokens for the request (``ids``: which, where known)."""
@@ -475,6 +493,9 @@ class FastestOfN:
 
         # exploitation: the windows that maximise the batch's tokens/s at the cautious means
         exploit, exploit_speed, plain = self._allocate(steps, [(m, sure, q) for _, m, sure, _, q, _ in picked])
+        held = any(exploit) and not self._finishes_sooner(picked, exploit)
+        if held:  # more tokens a second, but the batch would not be done sooner
+            exploit, exploit_speed = [0] * len(picked), plain
         # exploration: a few requests the means leave off try their draw, if the batch's step can afford it
         eligible = [i for i, (rid, _, sure, drawn, _, _) in enumerate(picked)
                     if not exploit[i] and drawn > sure and self.rounds >= self.requests[rid].explore_at]
@@ -492,6 +513,9 @@ class FastestOfN:
             entries = [(m, drawn if i in chosen else sure, q) for i, (_, m, sure, drawn, q, _) in enumerate(picked)]
             explore, explore_speed, _ = self._allocate(steps, entries)
             explorers = {i for i in chosen if explore[i]}
+            if explorers and not self._finishes_sooner(picked, explore, [p for _, p, _ in entries]):
+                # even should the draws be right the batch would not end sooner: nothing to learn
+                explorers = set()
             exploit_s = self._step_s(steps, picked, exploit)
             # a short draft measures acceptance as well as a long one, and costs less should it be wrong
             explore = [min(w, self.explore_window) if i in explorers else w for i, w in enumerate(explore)]
@@ -543,7 +567,9 @@ class FastestOfN:
             if window and previous and previous != method:
                 req.hold_until = self.rounds + self.hold_rounds
             if not window:
-                choice = Choice([], 0, self.decoupled, f"off: speculation does not pay at batch {batch} "
+                why_off = "the batch would not finish sooner (every request may run to its limit)" if held \
+                    else f"speculation does not pay at batch {batch}"
+                choice = Choice([], 0, self.decoupled, f"off: {why_off} "
                                                        f"(best {method} p={sure:.2f}; plain {plain:.1f} tok/s)")
                 if shadowing and self._shadow_period(req, free):
                     choice.methods = list(free)
@@ -760,6 +786,27 @@ class FastestOfN:
         if best_speed < plain * (1 + self.min_gain):
             return [0] * n, plain, plain
         return list(windows), best_speed, plain
+
+    def _finishes_sooner(self, picked: list[tuple[str, str, float, float, float, str]], windows: list[int],
+                         acceptance: list[float] | None = None) -> bool:
+        """Whether the windows bring the batch's end nearer than plain decoding by ``min_gain``, every
+        request assumed to run to its limit (:func:`specactor.policy.makespan.finish_s`), at the cautious
+        acceptance of ``picked`` or at ``acceptance`` (an exploration's draws). True where
+        that cannot be judged (the check is off, a request's limit is not known) or need not be: a
+        batch with a greedy request keeps the tokens-per-second objective alone (a greedy sample that
+        runs long repeats itself, and drafts predict it: the allocation finds it)."""
+        if not self.closed_batch:
+            return True
+        plan, plain = [], []
+        for i, ((rid, _, sure, _, q, _), w) in enumerate(zip(picked, windows)):
+            sure = sure if acceptance is None else acceptance[i]
+            req = self.requests[rid]
+            if req.left < 0 or req.greedy:
+                return True
+            left = max(1, req.left)
+            plain.append(Row(left))
+            plan.append(Row(left, 1.0 + q * (expected_progress(sure, w) - 1.0), 1.0 + q * w, q) if w else Row(left))
+        return finish_s(self.cost, plan) * (1.0 + self.min_gain) <= finish_s(self.cost, plain)
 
     def _progress(self, rid: str, choice: Choice) -> tuple[float, int]:
         """Expected progress per step and tokens fed for one request's choice."""

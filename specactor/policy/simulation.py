@@ -24,8 +24,9 @@ decoupled drafter drafts, for each request, its whole lookahead again after a
 step that cut it, the tokens the step used after one that kept it, and one
 lookup where it had no draft.
 
-A request is anything with ``request_id``, ``length``, ``draft``, ``commit`` and ``tokens``
-(:class:`SimRequest` here; :class:`specactor.bench.replay_workload.ReplayRequest`
+A request is anything with ``request_id``, ``length``, ``draft``, ``commit`` and ``tokens``, and
+optionally ``limit`` and ``greedy``, which the policy is told as the verifier tells it (its
+max_tokens; None: not told) (:class:`SimRequest` here; :class:`specactor.bench.replay_workload.ReplayRequest`
 replays a finished rollout's own tokens through the real drafters, whose
 acceptance is not geometric).
 """
@@ -49,6 +50,10 @@ class SimRequest:
     #: from this many committed tokens on, ``acceptance_after`` holds
     switch_at: int | None = None
     acceptance_after: dict[str, float] = field(default_factory=dict)
+    #: the most tokens it may have, as the policy is told (its max_tokens; None: not told); ``length``
+    #: is how many it does have, which the policy is never told
+    limit: int | None = None
+    greedy: bool = False
 
     def p(self, method: str, committed: int) -> float:
         if self.switch_at is not None and committed >= self.switch_at:
@@ -183,8 +188,13 @@ class Simulator:
         rng = random.Random(self.seed)
         committed = {r.request_id: 0 for r in requests}
         by_id = {r.request_id: r for r in requests}
+        limits = getattr(policy, "observe_limit", None)
+        if limits is not None and not any(getattr(r, "limit", None) for r in requests):
+            limits = None  # nothing to tell
         for r in requests:
             policy.add_request(r.request_id)
+            if limits is not None and getattr(r, "limit", None):
+                limits(r.request_id, r.limit, getattr(r, "greedy", False))
         learner = getattr(policy, "cost", None)
         learner = learner if isinstance(learner, CostModel) and learner is not self.cost else None
         offer = getattr(policy, "observe_offer", None)
@@ -256,6 +266,8 @@ class Simulator:
                 req.commit(done, gained)
                 committed[rid] = done + gained
                 policy.observe_commit(rid, gained, req.tokens(done, gained))
+                if limits is not None and getattr(req, "limit", None):
+                    limits(rid, req.limit - committed[rid], getattr(req, "greedy", False))
                 if committed[rid] >= req.length:
                     del committed[rid]
                     finish[rid] = clock

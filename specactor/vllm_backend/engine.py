@@ -215,5 +215,6 @@ class VllmEngine(ServesToCompletion):
             report.accepted += accepted
             report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=tokens,
                                            accepted=accepted, drafted=len(verified), method=method,
-                                           finished=seq.finished))
+                                           finished=seq.finished, max_tokens=seq.params.max_tokens,
+                                           greedy=seq.params.temperature == 0))
         return report

@@ -116,3 +116,31 @@ def test_drafter_options_reach_the_replayed_drafters() -> None:
 
     assert steps(None) < 30
     assert steps({"suffix": {"max_history_per_prompt": 0, "max_corpus_tokens": 0}}) == 120
+
+
+def test_a_rollout_s_limit_and_greedy_decoding_are_read_from_its_rows() -> None:
+    """What a replay tells the policy when the rollout file does not say: max_tokens is the length
+    of the samples that stopped there, greedy means every prompt's samples are the same tokens."""
+    from specactor.bench.replay_workload import looks_greedy, rollout_limit
+
+    def row(pid: str, tokens: list[int], reason: str | None = None) -> dict:
+        return {"id": pid, "sample": 0, "prompt_ids": [1], "token_ids": tokens, "finish_reason": reason}
+
+    assert rollout_limit([row("a", [1] * 7, "stop"), row("a", [2] * 12, "length"), row("b", [3] * 12, "length")]) == 12
+    assert rollout_limit([row("a", [1] * 7, "stop"), row("b", [2] * 9)]) is None
+    assert looks_greedy([row("a", [1, 2]), row("a", [1, 2]), row("b", [3]), row("b", [3])])
+    assert not looks_greedy([row("a", [1, 2]), row("a", [1, 3]), row("b", [3]), row("b", [3])])
+    assert not looks_greedy([row("a", [1, 2]), row("b", [1, 2])])  # no prompt with two samples: not known
+
+
+def test_a_replayed_request_tells_the_policy_its_limit_as_it_goes() -> None:
+    """The simulator passes a request's limit less its output to the policy after every step."""
+    told: list[tuple[str, int, bool]] = []
+
+    class Listening(PlainPolicy):
+        def observe_limit(self, request_id: str, left: int, greedy: bool) -> None:
+            told.append((request_id, left, greedy))
+
+    requests = replay_requests([("r", [1, 2, 3], [4, 5, 6, 7])], ["ngram"], limit=10, greedy=True)
+    Simulator(CostModel.from_profile()).run(requests, Listening())
+    assert told == [("r", 10, True), ("r", 9, True), ("r", 8, True), ("r", 7, True), ("r", 6, True)]

@@ -108,3 +108,24 @@ def test_the_policy_plans_less_often_while_every_request_is_off_until_shadow_sco
     # scores from step 20; the 4th right one (step 23) brings a plan at once, the rest come every 4 steps
     assert policy.fon.promising and right[:3] == [1, 16, 23], right
     assert {b - a for a, b in zip(right[3:], right[4:])} == {4} and right[3] == 24, right
+
+
+def test_the_policy_is_told_how_many_tokens_each_request_may_still_generate() -> None:
+    """From every verdict: max_tokens less the output after the step, and whether it is greedy
+    (the closed-batch check's inputs); -1 where the verdict does not say."""
+    import asyncio
+
+    policy = PolicyActor("policy", ["ngram", "suffix"])
+
+    async def send(peer, msg, **kwargs) -> bool:  # the plan its new requests bring goes nowhere
+        return True
+
+    policy.send = send
+    verdicts = [p.Verdict(request_id="a", start=40, tokens=[5, 6, 7], accepted=2, drafted=2, max_tokens=100),
+                p.Verdict(request_id="b", start=0, tokens=[5], accepted=0, drafted=0, max_tokens=64, greedy=True),
+                p.Verdict(request_id="c", start=3, tokens=[5], accepted=0, drafted=0)]
+    asyncio.run(policy._on_verdicts(p.VerdictBatch(step=1, verdicts=verdicts, step_ns=0, batch_size=3)))
+    requests = policy.fon.requests
+    assert (requests["a"].left, requests["a"].greedy) == (57, False)
+    assert (requests["b"].left, requests["b"].greedy) == (63, True)
+    assert requests["c"].left == -1

@@ -230,3 +230,13 @@ def test_a_warm_up_leaves_the_engine_as_it_was() -> None:
     warmed.add(Sequence("busy", [1, 2], params, seed=0))
     with pytest.raises(RuntimeError, match="idle engine"):
         warmed.warm_up()
+
+
+def test_a_step_s_verdicts_tell_the_policy_each_request_s_limit_and_whether_it_is_greedy() -> None:
+    """What the closed-batch check needs (specactor/policy/makespan.py): max_tokens and temperature 0."""
+    engine = Engine(ours_from_hf(tiny_hf_model("qwen2", seed=1)), max_batch=2, max_len=64)
+    engine.add(_seq("greedy", [5, 6, 7], max_tokens=9))
+    engine.add(_seq("sampled", [5, 6, 8], temperature=1.0, max_tokens=30, seed=3))
+    verdicts = {v.request_id: v for v in engine.step().verdicts}
+    assert (verdicts["greedy"].max_tokens, verdicts["greedy"].greedy) == (9, True)
+    assert (verdicts["sampled"].max_tokens, verdicts["sampled"].greedy) == (30, False)

@@ -1,0 +1,58 @@
+"""A rollout batch's clock: it is done when its last sample is, not when it has made enough tokens.
+
+The allocation (:meth:`specactor.policy.bandit.FastestOfN._allocate`) maximises the batch's tokens
+per second, which values a token of every request alike. A closed batch of RL samples is done when
+its last sample is, and a token bought for a sample that finishes early anyway saves only that row's
+share of the steps it no longer sits in: next to nothing where a step costs the same at any batch
+(a GPU; this CPU at batch 1-8). Replayed on an H100/H200's 32B-shaped cost profile, the policy drafted
+every one of 32 T=1 requests for the first ~140 steps (35% acceptance paid for the step's extra cost
+in tokens per second) and ran 0.96x of plain decoding: the tokens went to samples that end by EOS,
+while the five that ran to the 768-token limit (rambling text, drafts rarely right) gained 14 steps
+(bench/RESULTS.md, session 25).
+
+:func:`finish_s` prices a plan by the time the batch needs to finish on the assumption that every
+request runs to its token limit at the progress the plan gives it: the batch shrinks as the rows that
+make faster progress reach their limits, and each stretch costs a step of the rows still there. Under
+that assumption drafting shortens the rollout only if it speeds up *every* request that may be last,
+and on a step whose cost hardly depends on the batch only if it speeds up the slowest. It is the right
+assumption for sampled requests, where any sample can ramble on to the limit and the rollout's tail is
+made of those that do (5-9 of 32 in this project's T=1 rollouts, 4 of 5 of them drafted badly); greedy
+samples that run long repeat themselves, which drafts predict exactly, so their batches keep the
+tokens-per-second objective (:attr:`specactor.policy.bandit.FastestOfN.closed_batch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specactor.policy.cost_model import CostModel
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request under a plan."""
+
+    left: int  # tokens it may still generate (its limit less its output so far; at least 1)
+    progress: float = 1.0  # expected tokens a step commits for it
+    fed: float = 1.0  # tokens a step feeds it: 1 plus its expected draft tokens
+    drafting: float = 0.0  # the share of steps on which it verifies a draft (its draft rate; 0: off)
+
+
+def finish_s(cost: CostModel, rows: list[Row]) -> float:
+    """Seconds until every row has reached its limit, each at its own progress per step: row i takes
+    ``left / progress`` steps, and until the next row is done every step costs what one over the rows
+    still there costs (their fed tokens, their drafting rows)."""
+    order = sorted(rows, key=lambda r: r.left / r.progress)
+    alive = len(order)
+    fed = sum(r.fed for r in order)
+    drafting = sum(r.drafting for r in order)
+    total = done = 0.0
+    for row in order:
+        steps = row.left / row.progress
+        if steps > done:
+            total += (steps - done) * cost.verify_rows_s(alive, fed, drafting)
+            done = steps
+        alive -= 1
+        fed -= row.fed
+        drafting -= row.drafting
+    return total
