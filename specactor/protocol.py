@@ -273,10 +273,14 @@ class Verdict(_Msg, tag=24):
 
 
 class VerdictBatch(_Msg, tag=25):
+    """One step's verdicts; ``waiting``: requests accepted but not yet running when it ran (while
+    any wait for a slot, a request that finishes early gives its slot to the next one)."""
+
     step: int
     verdicts: list[Verdict]
     step_ns: int = 0
     batch_size: int = 0
+    waiting: int = 0
 
 
 class Track(_Msg, tag=26):

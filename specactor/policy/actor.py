@@ -99,6 +99,7 @@ class PolicyActor(Actor):
 
     async def _on_verdicts(self, batch: p.VerdictBatch) -> None:
         fon = self.fon
+        fon.waiting = batch.waiting
         fed = rows = 0
         new = prefill = False
         for v in batch.verdicts:

@@ -280,6 +280,7 @@ class FastestOfN:
         # a plan must also bring the batch's end nearer, every sampled request assumed to run to its
         # limit (:mod:`specactor.policy.makespan`), where every request's limit is known
         self.closed_batch = closed_batch
+        self.waiting = 0  # requests accepted but not yet running (the verifier's last step said)
         self.shadowed: set[str] = set()  # requests off but scored (the last plan's)
         # a shadowed request's period has SHADOW_EVIDENCE scores, nearly all right: it may turn on
         # soon, so plans come at the usual cadence (False: shadowing alone does not hurry them)
@@ -794,8 +795,10 @@ class FastestOfN:
         acceptance of ``picked`` or at ``acceptance`` (an exploration's draws). True where
         that cannot be judged (the check is off, a request's limit is not known) or need not be: a
         batch with a greedy request keeps the tokens-per-second objective alone (a greedy sample that
-        runs long repeats itself, and drafts predict it: the allocation finds it)."""
-        if not self.closed_batch:
+        runs long repeats itself, and drafts predict it: the allocation finds it), and so does one
+        with requests waiting for a slot (the batch is not closed yet: a request that finishes early
+        lets the next one in, and tokens per second are the rollout's speed)."""
+        if not self.closed_batch or self.waiting:
             return True
         plan, plain = [], []
         for i, ((rid, _, sure, _, q, _), w) in enumerate(zip(picked, windows)):

@@ -23,6 +23,7 @@ tokens-per-second objective (:attr:`specactor.policy.bandit.FastestOfN.closed_ba
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specactor.policy.cost_model import CostModel
@@ -38,21 +39,36 @@ class Row:
     drafting: float = 0.0  # the share of steps on which it verifies a draft (its draft rate; 0: off)
 
 
-def finish_s(cost: CostModel, rows: list[Row]) -> float:
+def finish_s(cost: CostModel, rows: list[Row], stretches: int = 32) -> float:
     """Seconds until every row has reached its limit, each at its own progress per step: row i takes
     ``left / progress`` steps, and until the next row is done every step costs what one over the rows
-    still there costs (their fed tokens, their drafting rows)."""
+    still there costs (their fed tokens, their drafting rows). A batch size's step costs are
+    interpolated in the profile (90% of this function's time), so at most ``2 * stretches`` are: the
+    last ``stretches`` rows to finish, whose steps run at small batch and are most of the time, are
+    priced one by one; before them, one batch in every ``n / stretches``, the steps between
+    interpolated linearly (at 256 rows on a 7B GPU profile: 4 ms a call -> 1 ms)."""
     order = sorted(rows, key=lambda r: r.left / r.progress)
-    alive = len(order)
-    fed = sum(r.fed for r in order)
-    drafting = sum(r.drafting for r in order)
+    n = len(order)
+    fed, drafting = [0.0] * (n + 1), [0.0] * (n + 1)  # of the rows still there once k are done
+    for k in range(n - 1, -1, -1):
+        fed[k], drafting[k] = fed[k + 1] + order[k].fed, drafting[k + 1] + order[k].drafting
+    head = max(0, n - stretches)  # while fewer than this many are done, steps are interpolated
+    every = max(1, math.ceil(head / max(1, stretches)))
+    priced = sorted({*range(0, head, every), *range(head, n)})
+    step_at = {k: cost.verify_rows_s(n - k, fed[k], drafting[k]) for k in priced}
     total = done = 0.0
-    for row in order:
+    lower = 0  # index in priced of the last priced k at or below the current one
+    for k, row in enumerate(order):
+        while lower + 1 < len(priced) and priced[lower + 1] <= k:
+            lower += 1
+        low = priced[lower]
+        if low == k or lower + 1 == len(priced):
+            step_s = step_at[low]
+        else:
+            high = priced[lower + 1]
+            step_s = step_at[low] + (step_at[high] - step_at[low]) * (k - low) / (high - low)
         steps = row.left / row.progress
         if steps > done:
-            total += (steps - done) * cost.verify_rows_s(alive, fed, drafting)
+            total += (steps - done) * step_s
             done = steps
-        alive -= 1
-        fed -= row.fed
-        drafting -= row.drafting
     return total

@@ -110,6 +110,7 @@ class StepReport:
     drafted: int = 0
     accepted: int = 0
     graph: tuple[int, int] | None = None  # (batch, chunk) of the padded step replayed; None: eager
+    waiting: int = 0  # requests accepted but not yet running when it ran
     capture_s: float = 0.0  # of which capturing that graph (its shape's first step)
 
 
@@ -358,7 +359,8 @@ class Engine(ServesToCompletion):
         sampled_list, logprob_list = sampled.tolist(), logprobs.tolist()
         forward_s, sample_s = self.clock.finish()
         captured = self.graphs.last_capture_s if graph is not None and self.graphs is not None else 0.0
-        report = StepReport(len(q_lens), prefill, 0, forward_s, sample_s, [], graph=graph, capture_s=captured)
+        report = StepReport(len(q_lens), prefill, 0, forward_s, sample_s, [], graph=graph, capture_s=captured,
+                            waiting=len(self.waiting))
         finished_slots = []
         i = 0
         for slot, seq in enumerate(self.running):

@@ -178,7 +178,8 @@ class VllmEngine(ServesToCompletion):
         outputs = self.llm.step()
         elapsed = time.perf_counter() - t0
         scheduled = self.scheduler.scheduled_drafts
-        report = StepReport(batch, 0, 0, elapsed, 0.0, [])
+        # requests vLLM still queues after this step (while any wait, the policy treats the batch as open)
+        report = StepReport(batch, 0, 0, elapsed, 0.0, [], waiting=len(self.scheduler.waiting))
         for out in outputs:  # named by our request ids; the scheduler and runner use vLLM's internal ones
             internal = self.internal.get(out.request_id)
             seq = self.sequences.get(internal) if internal is not None else None

@@ -124,7 +124,8 @@ def test_the_policy_is_told_how_many_tokens_each_request_may_still_generate() ->
     verdicts = [p.Verdict(request_id="a", start=40, tokens=[5, 6, 7], accepted=2, drafted=2, max_tokens=100),
                 p.Verdict(request_id="b", start=0, tokens=[5], accepted=0, drafted=0, max_tokens=64, greedy=True),
                 p.Verdict(request_id="c", start=3, tokens=[5], accepted=0, drafted=0)]
-    asyncio.run(policy._on_verdicts(p.VerdictBatch(step=1, verdicts=verdicts, step_ns=0, batch_size=3)))
+    asyncio.run(policy._on_verdicts(p.VerdictBatch(step=1, verdicts=verdicts, step_ns=0, batch_size=3, waiting=4)))
+    assert policy.fon.waiting == 4  # requests still waiting for a slot: the batch is not closed
     requests = policy.fon.requests
     assert (requests["a"].left, requests["a"].greedy) == (57, False)
     assert (requests["b"].left, requests["b"].greedy) == (63, True)

@@ -44,6 +44,15 @@ def _row(draw) -> Row:
 rows = st.lists(_row(), min_size=1, max_size=40)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_row(), min_size=33, max_size=300), st.sampled_from(["linear", "flat"]))
+def test_a_large_batch_priced_in_stretches_is_priced_nearly_as_row_by_row(batch: list[Row], shape: str) -> None:
+    """Beyond 32 rows, the steps while the first ones finish are interpolated between one batch size
+    in every n/32; the last 32 rows' steps are priced one by one."""
+    cost = _linear() if shape == "linear" else _flat()
+    assert finish_s(cost, batch) == pytest.approx(finish_s(cost, batch, stretches=len(batch)), rel=0.01)
+
+
 @settings(max_examples=150, deadline=None)
 @given(rows, st.randoms(use_true_random=False), st.sampled_from(["linear", "flat"]))
 def test_the_batch_cannot_end_before_its_slowest_row_could_alone(batch: list[Row], rng, shape: str) -> None:
@@ -102,6 +111,10 @@ def test_a_plan_that_leaves_a_request_behind_does_not_run_where_every_request_ma
     sampled = _policy(acceptance, cost, left=500).plan(32)
     assert not any(c.window for c in sampled.values())
     assert all("would not finish sooner" in c.reason for c in sampled.values())
+    # while requests wait for a slot the batch is not closed: one that ends early lets the next in
+    queued = _policy(acceptance, cost, left=500)
+    queued.waiting = 8
+    assert sum(bool(c.window) for c in queued.plan(32).values()) >= 31
     # where every request gains, the batch's end comes nearer: it speculates
     every = _policy([0.8] * 32, cost, left=500).plan(32)
     assert all(c.window for c in every.values())

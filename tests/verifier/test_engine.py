@@ -232,11 +232,15 @@ def test_a_warm_up_leaves_the_engine_as_it_was() -> None:
         warmed.warm_up()
 
 
-def test_a_step_s_verdicts_tell_the_policy_each_request_s_limit_and_whether_it_is_greedy() -> None:
-    """What the closed-batch check needs (specactor/policy/makespan.py): max_tokens and temperature 0."""
+def test_a_step_tells_the_policy_each_request_s_limit_whether_it_is_greedy_and_how_many_wait() -> None:
+    """What the closed-batch check needs (specactor/policy/makespan.py): max_tokens, temperature 0, and
+    the requests waiting for a slot (while any do, the batch is not closed)."""
     engine = Engine(ours_from_hf(tiny_hf_model("qwen2", seed=1)), max_batch=2, max_len=64)
     engine.add(_seq("greedy", [5, 6, 7], max_tokens=9))
     engine.add(_seq("sampled", [5, 6, 8], temperature=1.0, max_tokens=30, seed=3))
-    verdicts = {v.request_id: v for v in engine.step().verdicts}
+    engine.add(_seq("queued", [5, 6, 9], max_tokens=4))  # no slot for it yet
+    report = engine.step()
+    verdicts = {v.request_id: v for v in report.verdicts}
     assert (verdicts["greedy"].max_tokens, verdicts["greedy"].greedy) == (9, True)
     assert (verdicts["sampled"].max_tokens, verdicts["sampled"].greedy) == (30, False)
+    assert report.waiting == 1 and "queued" not in verdicts

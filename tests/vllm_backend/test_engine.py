@@ -138,3 +138,6 @@ def test_run_serves_to_the_end_and_reports_every_step_as_our_engine_does(setup) 
     for name, steps in reports.items():
         assert steps[0].prefill_tokens > 0, name
         assert sum(r.new_tokens for r in steps) == sum(len(s.output_ids) for s in got), name
+        # what the policy's closed-batch check is told: each request's limit, not greedy, none waiting
+        assert all(v.max_tokens == 16 and not v.greedy for r in steps for v in r.verdicts), name
+        assert all(r.waiting == 0 for r in steps), name
