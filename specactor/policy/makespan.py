@@ -4,7 +4,7 @@ The allocation (:meth:`specactor.policy.bandit.FastestOfN._allocate`) maximises 
 per second, which values a token of every request alike. A closed batch of RL samples is done when
 its last sample is, and a token bought for a sample that finishes early anyway saves only that row's
 share of the steps it no longer sits in: next to nothing where a step costs the same at any batch
-(a GPU; this CPU at batch 1-8). Replayed on an H100/H200's 32B-shaped cost profile, the policy drafted
+(a GPU; this CPU at batch 1-8). Replayed on an H200's 32B-shaped cost profile, the policy drafted
 every one of 32 T=1 requests for the first ~140 steps (35% acceptance paid for the step's extra cost
 in tokens per second) and ran 0.96x of plain decoding: the tokens went to samples that end by EOS,
 while the five that ran to the 768-token limit (rambling text, drafts rarely right) gained 14 steps
