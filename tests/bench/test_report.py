@@ -125,3 +125,26 @@ def test_the_report_replays_the_policy_and_clairvoyant_drafts_on_the_run_s_token
     assert replayed["clairvoyant"]["speedup"] > 1.0  # the samples repeat one token: drafts are right
     assert "clairvoyant drafts" in markdown(report)
     assert "replayed" not in temperature_ceilings(by_mode, _cost(), 200)[0]  # no prompts, no replay
+
+
+def test_the_replayed_policy_is_told_the_run_s_max_tokens_and_temperature(monkeypatch) -> None:
+    """What the live policy is told (specactor/policy/makespan.py: the closed-batch check), the
+    replay's is too: the bench's max_tokens, and whether the temperature is 0."""
+    import specactor.bench.replay_runs as replay_runs
+
+    told: list[tuple] = []
+    real = replay_runs.replay_ceilings
+
+    def spy(*args, **kwargs):
+        told.append(args[6:8])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(replay_runs, "replay_ceilings", spy)
+    lengths = [20, 40, 60, 200]
+    prompts = {f"s{i}": [7, 8, 9] for i in range(4)}
+    for temperature in (1.0, 0.0):
+        by_mode = {mode: [_record(mode, 0, [1.0, 2.0, 3.0, 10.0], lengths)] for mode in ("autoregressive", "specactor")}
+        for records in by_mode.values():
+            records[0].temperature = temperature
+        temperature_ceilings(by_mode, _cost(), 200, prompts=prompts)
+    assert told == [(200, False), (200, True)]
