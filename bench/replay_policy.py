@@ -45,7 +45,7 @@ from specactor.bench import replay_learned
 from specactor.bench.replay import load_rollout
 from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
-from specactor.bench.replay_workload import REPLAY_METHODS, looks_greedy, rollout_limit, samples_of
+from specactor.bench.replay_workload import REPLAY_METHODS, samples_of, told_of
 from specactor.drafters.base import DEFAULT_WINDOW
 from specactor.policy.bandit import DORMANT_SLOWDOWN, FastestOfN
 from specactor.policy.cost_model import CostModel
@@ -222,8 +222,8 @@ def main() -> None:
     # temperatures, else what its rows show)
     temperatures = [t for t, _ in sampling] or [None] * len(rollouts)
     for (path, rows), temperature in zip(rows_of.items(), temperatures):
-        greedy = looks_greedy(rows) if temperature is None else temperature == 0
-        per_rollout[path] = replace(per_rollout[path], limit=rollout_limit(rows), greedy=greedy)
+        limit, greedy = told_of(rows, temperature)
+        per_rollout[path] = replace(per_rollout[path], limit=limit, greedy=greedy)
     print("\n".join(TABLE_HEADER))
     for path, samples in rollouts.items():
         compared = report["rollouts"][path] = compare(samples, names, per_rollout[path])

@@ -236,7 +236,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     from specactor.bench.replay import load_rollout
     from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, table_rows
-    from specactor.bench.replay_workload import looks_greedy, rollout_limit, samples_of
+    from specactor.bench.replay_workload import samples_of, told_of
     from specactor.policy.cost_model import CostModel
 
     if args.temperature is not None and args.temperature < 0:
@@ -251,9 +251,9 @@ def _replay(args: argparse.Namespace) -> int:
         else:
             cost = CostModel.from_profile(None if args.profile == "packaged" else args.profile)
         rows = load_rollout(args.rollout)
-        greedy = looks_greedy(rows) if args.temperature is None else args.temperature == 0
+        limit, greedy = told_of(rows, args.temperature, args.max_tokens)
         settings = ReplaySettings(cost, [m for m in args.drafters.split(",") if m], args.window, seeds=args.seeds,
-                                  limit=args.max_tokens or rollout_limit(rows), greedy=greedy)
+                                  limit=limit, greedy=greedy)
         samples = samples_of(rows)
         compared = compare(samples, ["geometric", "clairvoyant", "perfect"], settings)
         compared["runs"] = {("specactor policy" if name == "geometric" else name): row

@@ -138,6 +138,14 @@ def looks_greedy(rows: list[dict]) -> bool:
     return bool(siblings) and all(all(s == g[0] for s in g) for g in siblings)
 
 
+def told_of(rows: list[dict], temperature: float | None = None, max_tokens: int | None = None
+            ) -> tuple[int | None, bool]:
+    """(max_tokens, greedy) the policy is told of a replayed rollout: what the caller says, else what
+    its rows show (:func:`rollout_limit`, :func:`looks_greedy`)."""
+    greedy = looks_greedy(rows) if temperature is None else temperature == 0
+    return max_tokens or rollout_limit(rows), greedy
+
+
 def replay_workload(path: str | Path, methods: list[str], clairvoyant: bool = False,
                     drafter_options: dict[str, dict] | None = None) -> list[ReplayRequest]:
     """The samples of a ``specactor rollout`` output file as simulator requests (fresh drafters:

@@ -105,7 +105,7 @@ from specactor.drafters.base import decoupled_lookahead
 from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, iteration_s,
                                          progress_by_window, race_progress, useful_window)
 from specactor.policy.drafting_tally import DraftingTally, drafting_seconds
-from specactor.policy.makespan import Row, finish_s
+from specactor.policy.makespan import ClosedBatch
 from specactor.policy.window_sweep import WindowSweep
 
 
@@ -354,7 +354,7 @@ class FastestOfN:
     def observe_limit(self, request_id: str, left: int, greedy: bool) -> None:
         """The request may still generate ``left`` output tokens (its max_tokens less its output so
         far; negative: not known) and is decoded greedily or not: what the closed-batch check needs
-        (:meth:`_finishes_sooner`)."""
+        (:meth:`_closed_batch`)."""
         req = self.requests.get(request_id)
         if req is not None:
             req.left, req.greedy = left, greedy
@@ -494,7 +494,9 @@ class FastestOfN:
 
         # exploitation: the windows that maximise the batch's tokens/s at the cautious means
         exploit, exploit_speed, plain = self._allocate(steps, [(m, sure, q) for _, m, sure, _, q, _ in picked])
-        held = any(exploit) and not self._finishes_sooner(picked, exploit)
+        closed = self._closed_batch(picked)
+        held = closed is not None and any(exploit) \
+            and not closed.sooner(exploit, [sure for _, _, sure, *_ in picked])
         if held:  # more tokens a second, but the batch would not be done sooner
             exploit, exploit_speed = [0] * len(picked), plain
         # exploration: a few requests the means leave off try their draw, if the batch's step can afford it
@@ -514,7 +516,7 @@ class FastestOfN:
             entries = [(m, drawn if i in chosen else sure, q) for i, (_, m, sure, drawn, q, _) in enumerate(picked)]
             explore, explore_speed, _ = self._allocate(steps, entries)
             explorers = {i for i in chosen if explore[i]}
-            if explorers and not self._finishes_sooner(picked, explore, [p for _, p, _ in entries]):
+            if explorers and closed is not None and not closed.sooner(explore, [p for _, p, _ in entries]):
                 # even should the draws be right the batch would not end sooner: nothing to learn
                 explorers = set()
             exploit_s = self._step_s(steps, picked, exploit)
@@ -788,28 +790,23 @@ class FastestOfN:
             return [0] * n, plain, plain
         return list(windows), best_speed, plain
 
-    def _finishes_sooner(self, picked: list[tuple[str, str, float, float, float, str]], windows: list[int],
-                         acceptance: list[float] | None = None) -> bool:
-        """Whether the windows bring the batch's end nearer than plain decoding by ``min_gain``, every
-        request assumed to run to its limit (:func:`specactor.policy.makespan.finish_s`), at the cautious
-        acceptance of ``picked`` or at ``acceptance`` (an exploration's draws). True where
-        that cannot be judged (the check is off, a request's limit is not known) or need not be: a
-        batch with a greedy request keeps the tokens-per-second objective alone (a greedy sample that
-        runs long repeats itself, and drafts predict it: the allocation finds it), and so does one
-        with requests waiting for a slot (the batch is not closed yet: a request that finishes early
-        lets the next one in, and tokens per second are the rollout's speed)."""
+    def _closed_batch(self, picked: list[tuple[str, str, float, float, float, str]]) -> ClosedBatch | None:
+        """The check that a plan brings the batch's end nearer, every request assumed to run to its
+        limit (:class:`specactor.policy.makespan.ClosedBatch`); None where that cannot be judged (the
+        check is off, a request's limit is not known) or need not be: a batch with a greedy request
+        keeps the tokens-per-second objective alone (a greedy sample that runs long repeats itself,
+        and drafts predict it: the allocation finds it), and so does one with requests waiting for a
+        slot (the batch is not closed yet: a request that finishes early lets the next one in, and
+        tokens per second are the rollout's speed)."""
         if not self.closed_batch or self.waiting:
-            return True
-        plan, plain = [], []
-        for i, ((rid, _, sure, _, q, _), w) in enumerate(zip(picked, windows)):
-            sure = sure if acceptance is None else acceptance[i]
+            return None
+        lefts = []
+        for rid, *_ in picked:
             req = self.requests[rid]
             if req.left < 0 or req.greedy:
-                return True
-            left = max(1, req.left)
-            plain.append(Row(left))
-            plan.append(Row(left, 1.0 + q * (expected_progress(sure, w) - 1.0), 1.0 + q * w, q) if w else Row(left))
-        return finish_s(self.cost, plan) * (1.0 + self.min_gain) <= finish_s(self.cost, plain)
+                return None
+            lefts.append(max(1, req.left))
+        return ClosedBatch(self.cost, lefts, [q for _, _, _, _, q, _ in picked], self.min_gain)
 
     def _progress(self, rid: str, choice: Choice) -> tuple[float, int]:
         """Expected progress per step and tokens fed for one request's choice."""

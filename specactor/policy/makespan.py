@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
-from specactor.policy.cost_model import CostModel
+from specactor.policy.cost_model import CostModel, expected_progress
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,22 @@ def finish_s(cost: CostModel, rows: list[Row], stretches: int = 32) -> float:
             total += (steps - done) * step_s
             done = steps
     return total
+
+
+class ClosedBatch:
+    """One plan round's requests, request i ``lefts[i]`` tokens from its limit and drafting on a share
+    ``rates[i]`` of its steps: whether a plan brings their end nearer than plain decoding by
+    ``min_gain``. Plain decoding's end is priced once, however many plans are asked about."""
+
+    def __init__(self, cost: CostModel, lefts: list[int], rates: list[float], min_gain: float) -> None:
+        self.cost, self.lefts, self.rates, self.min_gain = cost, lefts, rates, min_gain
+
+    @cached_property
+    def plain_s(self) -> float:
+        return finish_s(self.cost, [Row(left) for left in self.lefts])
+
+    def sooner(self, windows: list[int], acceptance: list[float]) -> bool:
+        """Whether request i drafting ``windows[i]`` tokens at ``acceptance[i]`` ends the batch sooner."""
+        rows = [Row(left, 1.0 + q * (expected_progress(p, w) - 1.0), 1.0 + q * w, q) if w else Row(left)
+                for left, q, w, p in zip(self.lefts, self.rates, windows, acceptance)]
+        return finish_s(self.cost, rows) * (1.0 + self.min_gain) <= self.plain_s

@@ -188,13 +188,13 @@ class Simulator:
         rng = random.Random(self.seed)
         committed = {r.request_id: 0 for r in requests}
         by_id = {r.request_id: r for r in requests}
-        limits = getattr(policy, "observe_limit", None)
-        if limits is not None and not any(getattr(r, "limit", None) for r in requests):
-            limits = None  # nothing to tell
+        # (limit, greedy) of the requests whose limit the policy is told, as the verifier tells it
+        limits = {r.request_id: (r.limit, getattr(r, "greedy", False)) for r in requests if getattr(r, "limit", None)}
+        tell = getattr(policy, "observe_limit", None) if limits else None
         for r in requests:
             policy.add_request(r.request_id)
-            if limits is not None and getattr(r, "limit", None):
-                limits(r.request_id, r.limit, getattr(r, "greedy", False))
+            if tell is not None and r.request_id in limits:
+                tell(r.request_id, *limits[r.request_id])
         learner = getattr(policy, "cost", None)
         learner = learner if isinstance(learner, CostModel) and learner is not self.cost else None
         offer = getattr(policy, "observe_offer", None)
@@ -266,8 +266,9 @@ class Simulator:
                 req.commit(done, gained)
                 committed[rid] = done + gained
                 policy.observe_commit(rid, gained, req.tokens(done, gained))
-                if limits is not None and getattr(req, "limit", None):
-                    limits(rid, req.limit - committed[rid], getattr(req, "greedy", False))
+                if tell is not None and rid in limits:
+                    limit, greedy = limits[rid]
+                    tell(rid, limit - committed[rid], greedy)
                 if committed[rid] >= req.length:
                     del committed[rid]
                     finish[rid] = clock
