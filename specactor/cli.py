@@ -239,7 +239,7 @@ def _replay(args: argparse.Namespace) -> int:
     from specactor.bench.replay_workload import samples_of, told_of
     from specactor.policy.cost_model import CostModel
 
-    if args.temperature is not None and args.temperature < 0:
+    if args.temperature is not None and not args.temperature >= 0:  # NaN too
         print(f"specactor replay: --temperature must be at least 0 (got {args.temperature})", file=sys.stderr)
         return 2
     try:

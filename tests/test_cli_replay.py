@@ -54,3 +54,5 @@ def test_it_tells_the_policy_the_rollout_s_limit_and_temperature(tmp_path, capsy
     assert "max_tokens 64, sampled" in capsys.readouterr().out
     assert main(["replay", path, "--profile", "packaged", "--temperature", "-1"]) == 2
     assert "--temperature must be at least 0 (got -1.0)" in capsys.readouterr().err
+    assert main(["replay", path, "--profile", "packaged", "--temperature", "nan"]) == 2
+    assert "--temperature must be at least 0 (got nan)" in capsys.readouterr().err
