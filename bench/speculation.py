@@ -14,8 +14,8 @@ process over ipc (the same engine, so only the drafting differs):
   specactor            the cheap drafters (ngram, suffix), Fastest-of-N policy (bandit, windows, racing)
   specactor +model     every drafter, Fastest-of-N policy
 
-The verifier gets every core, except in configurations with a model drafter,
-where the drafter's process has one of them (EngineConfig.verifier_thread_count).
+The verifier gets every core (or --verifier-threads); a model drafter in its own
+process shares them, and the policy prices it so (EngineConfig.drafters_on_verifier).
 
 Runs are interleaved across repeats (AR, then each config, then again) so that
 drift on a shared machine hits them alike; the medians are reported. Time is

@@ -68,7 +68,12 @@ class EngineConfig:
     seed: int = 0  # the seed of requests that name none (see specactor.seeds)
     transport: str = "ipc"
     processes: bool = True  # verifier and model drafters in their own processes
-    verifier_threads: int | None = None  # default: torch's (the physical cores), less a model drafter's
+    # The verifier's torch threads; None: torch's default, every core. A model drafter gets no cores of
+    # its own unless this split gives them (drafters_on_verifier): one set aside is lost to every step
+    # it does not draft for. On 2 cores the old automatic split (verifier 1 thread, model drafter 1) ran
+    # at 0.55-0.82x of autoregressive over batch 1-32 and T=0-1 with the model never drafting, the
+    # shared cores at 0.90-1.01x, the cheap drafters' own level (bench/RESULTS.md, session 27).
+    verifier_threads: int | None = None
     drafter_threads: int = 1
     events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
@@ -158,26 +163,14 @@ class EngineConfig:
         return self.mode == "specactor" and self.policy and self.profile in (None, "auto")
 
     @property
-    def verifier_thread_count(self) -> int | None:
-        """Torch threads of the verifier: torch's default (None), or all cores minus the model
-        drafter's when one runs in its own process on the CPU. Oversubscribing costs more than the thread it buys: on 2 cores,
-        a 2-thread verifier beside a 1-thread model drafter took 19.1 s where a 1-thread
-        verifier took 11.8 s (bench/RESULTS.md, thread split)."""
-        if self.verifier_threads is not None:
-            return self.verifier_threads
-        if self.processes and "model" in self.active_drafters and self.device == "cpu":
-            return max(1, (os.cpu_count() or 1) - self.drafter_threads)
-        return None
-
-    @property
     def drafters_on_verifier(self) -> list[str]:
         """Active drafters that compute on the verifier's own hardware, so that their time adds to
         a step's instead of hiding beside it (the policy prices them so: ``CostModel.shared_methods``):
-        a model drafter on the verifier's GPU, or on the CPU unless the thread split gives it cores
-        of its own (the ``model`` drafter in its own process, its threads and the verifier's within
-        the machine's cores; a user's ``verifier_threads`` may take them all). The cheap drafters
-        run on spare CPU cores beside a GPU, and cost microseconds on a CPU."""
-        threads = self.verifier_thread_count
+        a model drafter on the verifier's GPU, or on the CPU unless the user's thread split gives it
+        cores of its own (the ``model`` drafter in its own process, ``verifier_threads`` and its
+        ``drafter_threads`` within the machine's cores). The cheap drafters run on spare CPU cores
+        beside a GPU, and cost microseconds on a CPU."""
+        threads = self.verifier_threads
         own_cores = self.device == "cpu" and self.processes and threads is not None \
             and threads + self.drafter_threads <= (os.cpu_count() or 1)
         return [m for m in self.active_drafters if m in MODEL_METHODS and not (own_cores and m == "model")]

@@ -338,7 +338,7 @@ class RolloutEngine:
         await self.system.spawn(self.coordinator)
         use_policy = cfg.mode == "specactor" and cfg.policy
         verifier_kwargs = {"model": cfg.model, "mode": _verify_mode(cfg.mode), "window": cfg.max_window,
-                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_thread_count,
+                           "max_batch": cfg.max_batch, "max_len": cfg.max_len, "threads": cfg.verifier_threads,
                            "device": cfg.device, "dtype": cfg.dtype, "default_seed": cfg.seed,
                            "progress_every_s": cfg.progress_every_s,
                            "policy": "policy" if use_policy else None,

@@ -62,8 +62,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                        help="on a GPU, run every step eagerly (default: decode and verify steps replay CUDA "
                             "graphs, several times faster for a small model; prefill and racing steps are eager)")
     group.add_argument("--threads", type=positive_int, default=None,
-                       help="torch threads of the verifier (default: torch's own, the physical cores, less one "
-                            "for a model drafter in its own process)")
+                       help="torch threads of the verifier (default: torch's own, every physical core; a model "
+                            "drafter shares them unless this leaves it some)")
     if "seed" not in without:
         group.add_argument("--seed", type=int, default=0,
                            help="seed of requests that name none; sample i of request X gets the seed "

@@ -302,13 +302,16 @@ async def test_a_call_s_samples_reach_the_verifier_in_one_message(monkeypatch) -
 
 def test_a_model_drafter_on_the_verifier_s_hardware_is_priced_as_such(monkeypatch) -> None:
     """The policy adds the drafting time of a drafter that computes on the verifier's own
-    hardware to the step's: a model drafter on the verifier's GPU, or on the CPU unless the thread
-    split gives it cores of its own; never the cheap drafters."""
+    hardware to the step's: a model drafter on the verifier's GPU, or on the CPU unless the user's
+    thread split gives it cores of its own; never the cheap drafters. By default nothing is set
+    aside for it: the verifier keeps every core, so a model drafter the policy leaves off costs
+    plain decoding nothing."""
     from specactor.policy.actor import PolicyActor
 
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     every = ["ngram", "suffix", "model", "learned"]
-    assert EngineConfig(drafters=every, device="cpu").drafters_on_verifier == ["learned"]  # model: own cores
+    assert EngineConfig(drafters=every, device="cpu").verifier_threads is None  # torch's default: every core
+    assert EngineConfig(drafters=every, device="cpu").drafters_on_verifier == ["model", "learned"]
     # the user's thread split: 3 + the drafter's 1 fit in 4 cores; 4 + 1 do not, so it shares them
     assert EngineConfig(drafters=every, device="cpu", verifier_threads=3).drafters_on_verifier == ["learned"]
     assert EngineConfig(drafters=every, device="cpu", verifier_threads=4).drafters_on_verifier == ["model", "learned"]

@@ -245,7 +245,7 @@ def ceiling_cost(engine: EngineConfig) -> CostModel:
     from specactor.models import resolve_model
     from specactor.policy.profiling import resolve_profile
 
-    threads = engine.verifier_thread_count  # None: torch's default, as in the verifier's process
+    threads = engine.verifier_threads  # None: torch's default, as in the verifier's process
     if threads is None and engine.backend == "vllm":  # vLLM's OpenMP threads (VllmEngine's default)
         threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     setting = "cached" if engine.profile in (None, "auto") else engine.profile
