@@ -65,6 +65,13 @@ class EngineConfig:
     #: on a GPU, replay decode and verify steps as CUDA graphs (one launch for a step's ~1,400
     #: kernels; specactor.verifier.cuda_graphs). False: every step eager, like vLLM's enforce_eager
     cuda_graphs: bool = True
+    #: run a decode or verify step on the verifier's event-loop thread instead of its worker thread.
+    #: None: where steps replay CUDA graphs. Such a step is a few milliseconds of host work around
+    #: one launch, and handing it to a thread made it wait on the GIL while the loop took messages:
+    #: on an H200 the host part of a step fell by 0.3-1.0 ms with it (bench/RESULTS.md, session 27).
+    #: On a CPU a step is tens to hundreds of milliseconds of GIL-free matmuls, beside which the loop
+    #: takes the drafts in for the next one; steps that admit requests (prefill) always use the thread.
+    inline_steps: bool | None = None
     seed: int = 0  # the seed of requests that name none (see specactor.seeds)
     transport: str = "ipc"
     processes: bool = True  # verifier and model drafters in their own processes

@@ -344,7 +344,8 @@ class RolloutEngine:
                            "policy": "policy" if use_policy else None,
                            "learners": [f"draft-{m}" for m in cfg.active_drafters if m in LEARNING_METHODS],
                            "profile": cfg.measure_profile, "backend": cfg.backend,
-                           "share_prompts": cfg.share_prompts, "cuda_graphs": cfg.cuda_graphs}
+                           "share_prompts": cfg.share_prompts, "cuda_graphs": cfg.cuda_graphs,
+                           "inline_steps": cfg.inline_steps}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a

@@ -83,6 +83,7 @@ async def test_speculative_modes_are_token_identical(default_model, session_cach
     assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
     assert all(r.finish_reason in ("stop", "length") for r in results)
     assert stats["verifier"]["accepted"] > 0  # the drafter was used, not bypassed
+    assert stats["verifier"]["inline_steps"] == 0  # a CPU step keeps its worker thread (EngineConfig.inline_steps)
 
 
 async def test_history_drafting_learns_from_the_previous_rollout(default_model, session_cache, monkeypatch) -> None:
@@ -177,6 +178,44 @@ async def test_sigkilled_model_drafter_only_slows_things_down(tiny_checkpoint, s
         results = await asyncio.wait_for(task, 600)
         assert engine.system.restarts.get("draft-model") == 1  # and the supervisor started another
     assert [r.token_ids for r in results] == [refs[1.0][r.request_id] for r in results]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_steps_on_the_verifier_s_event_loop_thread_take_drafts_and_aborts_between_them(
+        tiny_checkpoint, session_cache, monkeypatch, tiny_reference, temperature) -> None:
+    """``inline_steps`` (the default where steps replay CUDA graphs) runs a decode or verify step on
+    the verifier's event-loop thread, which then reads nothing while the step runs: the drafts that
+    came in during it must still reach the next steps, and an abort must still land mid-rollout. The
+    verifier is in its own process, as on a GPU; the output is the autoregressive one."""
+    import asyncio
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, ids, refs = tiny_reference
+    params = SamplingParams(temperature=temperature, max_tokens=TINY_TOKENS, seed=123, n=SAMPLES)
+    config = EngineConfig(model=str(tiny_checkpoint), mode="specactor", drafters=["ngram", "suffix"],
+                          transport="ipc", processes=True, max_batch=PROMPTS * SAMPLES, max_len=1024,
+                          policy=False, inline_steps=True)
+    async with RolloutEngine(config) as engine:
+        results = await engine.generate(prompts, params, request_ids=ids)
+        stats = await engine.stats()
+        # a long request aborted while it runs: its result says so, and the verifier goes on
+        long = SamplingParams(temperature=temperature, max_tokens=800, seed=5)
+        [(request_id, future)] = await engine.submit([prompts[0]], long, request_ids=["long"])
+        for _ in range(200):
+            if (await engine.stats())["verifier"]["steps"] > stats["verifier"]["steps"] + 5:
+                break
+            await asyncio.sleep(0.05)
+        await engine.abort(request_id)
+        aborted = await asyncio.wait_for(future, 60)
+        again = await engine.generate(prompts[:1], params, request_ids=ids[:1])
+    assert stats["verifier"]["inline_steps"] == 1
+    diverged = [r.request_id for r in results if r.token_ids != refs[temperature][r.request_id]]
+    assert not diverged, f"{len(diverged)} of {len(results)} samples differ: {diverged[:5]}"
+    if temperature == 0:  # drafts got in between the steps (at T=1 the tiny model's random text
+        # gives prompt lookup and suffix matching nothing to find, on the thread as inline)
+        assert stats["verifier"]["accepted"] > 0, stats["verifier"]
+    assert aborted.finish_reason == "abort" and 0 < len(aborted.token_ids) < 800
+    assert [r.token_ids for r in again] == [refs[temperature][r.request_id] for r in again]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -63,6 +63,7 @@ class VerifyActor(Actor):
         backend: str = "torch",
         share_prompts: bool = True,
         cuda_graphs: bool = True,
+        inline_steps: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -71,6 +72,9 @@ class VerifyActor(Actor):
         self.backend = backend  # torch: specactor's engine; vllm: vLLM's (specactor.vllm_backend)
         self.share_prompts = share_prompts  # a group's samples prefill their prompt once (our engine)
         self.cuda_graphs = cuda_graphs  # on a GPU, steps replay CUDA graphs (our engine)
+        # decode and verify steps on the event loop's own thread (None: where they replay CUDA graphs;
+        # EngineConfig.inline_steps says why)
+        self.inline_steps = inline_steps
         if mode not in ("coupled", "decoupled", "off"):
             raise ValueError(f"mode must be coupled, decoupled or off, got {mode!r}")
         self.model_name, self.mode, self.window = model, mode, window
@@ -153,6 +157,9 @@ class VerifyActor(Actor):
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
+        if self.inline_steps is None:
+            graphs = getattr(self.verifier.engine, "graphs", None)
+            self.inline_steps = graphs is not None and bool(graphs.capture)
         self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
 
@@ -204,7 +211,8 @@ class VerifyActor(Actor):
         elif isinstance(msg, p.StatsRequest):
             values = {**self.stats, "version": self.version, "paused": int(self.paused),
                       "requests": len(self.verifier.sequences) if self.verifier else 0, "held": len(self._held),
-                      "threads": self._threads, "bfloat16": int(self._bfloat16), "pid": os.getpid()}
+                      "threads": self._threads, "bfloat16": int(self._bfloat16), "pid": os.getpid(),
+                      "inline_steps": int(bool(self.inline_steps))}
             await self.send(sender, p.StatsReply(name=self.name, values=values))
         else:
             raise TypeError(f"VerifyActor does not handle {type(msg).__name__}")
@@ -427,7 +435,11 @@ class VerifyActor(Actor):
             waited = time.perf_counter() - t_wait
             drafts = verifier.collect_drafts()
             t0 = time.perf_counter()
-            report = await self.run_blocking(verifier.engine.step, drafts)
+            inline = self.inline_steps and not verifier.engine.waiting  # admitting prefills: on the thread
+            if inline:
+                report = verifier.engine.step(drafts)
+            else:
+                report = await self.run_blocking(verifier.engine.step, drafts)
             busy = time.perf_counter() - t0
             verified = _per_method(report.verdicts)  # before retire() adds the unverified drafts' scores
             verifier.retire(report)
@@ -450,6 +462,9 @@ class VerifyActor(Actor):
                               capture_ms=round(report.capture_s * 1000, 2))
             await self._broadcast(report)
             await self._realize_running()
+            if inline:  # what arrived during the step (drafts, aborts, heartbeats due) before the next one
+                for _ in range(LOOP_TURNS):
+                    await asyncio.sleep(0)
             if time.perf_counter() - self._last_progress >= self.progress_every_s:
                 await self._send_progress()
 
@@ -600,6 +615,10 @@ POLICY_QUIET_STEPS = 8
 
 #: finished request ids remembered, to drop the policy's late assignments for them
 FINISHED_IDS = 4096
+
+#: event-loop turns given after an inline step: a message that came in during it needs one for its
+#: socket's readiness and one for the task that reads and dispatches it; one more for a handler's send
+LOOP_TURNS = 3
 
 
 def _per_method(verdicts: list[p.Verdict]) -> dict[str, list[int]]:
