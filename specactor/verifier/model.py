@@ -46,6 +46,14 @@ class AttentionPart:
     dense: bool = False
 
 
+#: What a drafting row costs in an attention part of its own, in padded query positions of a one-part
+#: step: the part is used where it saves more padding (``batch * (longest chunk - 1)``) than its rows
+#: cost. On a 2-core CPU at batch 32 (bench/RESULTS.md, session 27), 16 rows drafting one token each
+#: took 112 ms apart and 90 ms padded; one row drafting four, 76 ms apart and 94 ms padded; this
+#: weight picks the faster layout in all nine cases measured there.
+PART_ROW_COST = 10
+
+
 @dataclass
 class StepLayout:
     """Index tensors describing one ragged step, shared by every layer."""
@@ -69,7 +77,8 @@ class StepLayout:
 
         Attention pads every row's queries to the longest chunk. When only a few
         rows verify drafts, that would make every decode row pay for the longest
-        draft, so those few rows get a part of their own (see :meth:`CausalLM._attention`).
+        draft, so those few rows get a part of their own (see :meth:`CausalLM._attention`),
+        where the padding it saves outweighs the part's own cost (:data:`PART_ROW_COST`).
         """
         b = len(q_lens)
         q = torch.tensor(q_lens, device=device)
@@ -88,7 +97,7 @@ class StepLayout:
                 depths.extend(range(q_lens[row]) if tree is None else _ancestry(tree).sum(1).sub(1).tolist())
             positions = s[rows] + torch.tensor(depths, device=device)
         multi = [i for i, n in enumerate(q_lens) if n > 1 or (parents is not None and parents[i] is not None)]
-        if max_q > 1 and 2 * len(multi) <= b:
+        if max_q > 1 and 2 * len(multi) <= b and PART_ROW_COST * len(multi) < b * (max_q - 1):
             # every row's first token together (one query each), then the drafting rows padded among themselves
             decode = AttentionPart(None, first, torch.arange(b, device=device), torch.zeros(b, dtype=torch.long,
                                    device=device), _mask(starts, [1] * b, None, group, max_k, device), 1)

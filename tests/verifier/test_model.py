@@ -73,6 +73,24 @@ def test_few_drafting_rows_attend_apart_and_match_transformers(tiny_pair) -> Non
             assert (got - hf(torch.tensor([seq])).logits[0]).abs().max().item() < TINY_TOL
 
 
+def test_many_rows_drafting_a_little_pad_with_the_rest_instead() -> None:
+    """A part of their own saves the decode rows the padding to the longest draft, but costs its
+    rows more than padding does when many rows draft a short way (the cold start's explorations:
+    window 1): then every row is padded in one part."""
+    from specactor.verifier.model import StepLayout
+
+    starts = [100 + i for i in range(32)]
+
+    def parts(q_lens: list[int]) -> list[int]:
+        return [p.max_q for p in StepLayout.build(q_lens, starts, 2, torch.device("cpu")).parts]
+
+    assert parts([2] * 16 + [1] * 16) == [2]  # 16 rows, one token each: padded
+    assert parts([2] * 2 + [1] * 30) == [1, 2]  # two of them: apart
+    assert parts([5] * 8 + [1] * 24) == [1, 5]  # eight rows of four: apart
+    assert parts([5] * 16 + [1] * 16) == [5]  # sixteen of them: padded
+    assert parts([1] * 32) == [1]
+
+
 def test_default_model_matches_transformers(default_model) -> None:
     import transformers
 
