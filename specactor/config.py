@@ -70,7 +70,8 @@ class EngineConfig:
     #: one launch, and handing it to a thread made it wait on the GIL while the loop took messages:
     #: on an H200 the host part of a step fell by 0.3-1.0 ms with it (bench/RESULTS.md, session 27).
     #: On a CPU a step is tens to hundreds of milliseconds of GIL-free matmuls, beside which the loop
-    #: takes the drafts in for the next one; steps that admit requests (prefill) always use the thread.
+    #: takes the drafts in for the next one; steps that admit requests (prefill) always use the thread,
+    #: and so does vLLM's step (it schedules and prefills inside), whatever this says.
     inline_steps: bool | None = None
     seed: int = 0  # the seed of requests that name none (see specactor.seeds)
     transport: str = "ipc"

@@ -157,8 +157,10 @@ class VerifyActor(Actor):
             return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
-        if self.inline_steps is None:
-            graphs = getattr(self.verifier.engine, "graphs", None)
+        if self.backend != "torch":  # vLLM's step schedules and prefills inside itself: it keeps the thread
+            self.inline_steps = False
+        elif self.inline_steps is None:
+            graphs = self.verifier.engine.graphs
             self.inline_steps = graphs is not None and bool(graphs.capture)
         self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
