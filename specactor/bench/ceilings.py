@@ -181,7 +181,12 @@ def simulate(lengths: list[int], plan: Plan, cost: CostModel, decoupled: bool = 
         step = step_s(cost, batch, configs.values(), decoupled, free)
         steps = {i: max(1, math.ceil(remaining[i] / configs[i].progress - 1e-9)) for i in remaining}
         k = min(steps.values())
-        clock += k * step
+        # the stretch's last step: a request that finishes in it drafts no further than its end (the
+        # engine caps a draft at what a request may still generate, Engine.max_draft)
+        left = {i: remaining[i] - (k - 1) * configs[i].progress for i in remaining if steps[i] == k}
+        last = [replace(c, window=min(c.window, max(0, math.ceil(left[i] - 1e-9) - 1))) if i in left else c
+                for i, c in configs.items()]
+        clock += (k - 1) * step + step_s(cost, batch, last, decoupled, free)
         for i in list(remaining):
             if steps[i] == k:
                 del remaining[i]
