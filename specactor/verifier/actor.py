@@ -138,7 +138,7 @@ class VerifyActor(Actor):
                             eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
                             device=self.device, share_prompts=self.share_prompts,
                             cuda_graphs=None if self.cuda_graphs else False)
-            graphed = engine.graphs is not None and engine.graphs.capture  # on a GPU: steps replay CUDA graphs
+            graphed = engine.replays_graphs
             if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
                 from specactor.policy.profiling import ensure_profile, grid_for, measure
 
@@ -160,8 +160,7 @@ class VerifyActor(Actor):
         if self.backend != "torch":  # vLLM's step schedules and prefills inside itself: it keeps the thread
             self.inline_steps = False
         elif self.inline_steps is None:
-            graphs = self.verifier.engine.graphs
-            self.inline_steps = graphs is not None and bool(graphs.capture)
+            self.inline_steps = self.verifier.engine.replays_graphs
         self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
 

@@ -203,6 +203,11 @@ class Engine(ServesToCompletion):
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def replays_graphs(self) -> bool:
+        """Whether decode and verify steps replay captured CUDA graphs (on a GPU, unless told not to)."""
+        return self.graphs is not None and self.graphs.capture
+
     def warm_up(self, prompt_len: int = 64) -> float:
         """Serve two throwaway requests (prompts of ``prompt_len`` and half that, two tokens each),
         so that the eager path's one-off costs come before serving: on an H100 the first eager
