@@ -14,7 +14,8 @@ batch size B and chunk length C, the rows have ``--context`` tokens already in
 their KV cache on average (spread over +-25% when B > 1, as a rollout's rows
 differ: equal lengths would let decode rows skip the attention mask) and feed C new tokens (C=1 is a decode step, C=k+1 verifies k
 draft tokens); logits are computed for all B*C positions, as verification
-needs; and, for B > 1, one row feeds C tokens while the others decode. The
+needs; and, for B > 1, one row feeds C tokens while the others decode, and half
+the rows (B // 2) feed C tokens while the others decode. The
 weights are packed as the engine packs them. The median over ``--repeats``
 timed forwards is saved, together with the sampler's time for B*C rows at
 temperature 1. ``--cuda-graphs`` times the steps as the engine runs them on a GPU by default
@@ -26,6 +27,7 @@ fits:
     {"model": str, "context": int, "threads": int, "batch_sizes": [B...],
      "chunk_lens": [C...], "forward_s": [[median seconds for B, C]...],
      "one_row_s": [[median seconds, one row fed C]...],
+     "half_rows_s": [[median seconds, B // 2 rows fed C]...],
      "sample_s": [[median seconds for B*C rows]...], "date": str, "machine": str}
 """
 

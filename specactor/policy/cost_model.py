@@ -25,8 +25,15 @@ the engine gives those rows an attention part of their own, whose fixed cost
 the first drafting row pays alone (on a 2-core AVX2 CPU, one row verifying 4
 tokens in a batch of 12 adds 50-80 ms to a 145 ms decode step, a third of what
 all twelve rows doing so add). A profile may therefore also hold ``one_row_s``
-(one row fed c tokens, the others one); a step with r drafting rows is then
-interpolated between that and the uniform figure (:meth:`CostModel.verify_rows_s`).
+(one row fed c tokens, the others one) and ``half_rows_s`` (half the rows fed c
+tokens); a step with r drafting rows is then interpolated between the one-row,
+half-rows and uniform figures (:meth:`CostModel.verify_rows_s`). The cost is not
+linear in r: past a few drafting rows the engine pads every row's queries to the
+longest chunk, and the step costs nearly what every row drafting costs (on this
+2-core CPU at batch 32, 16 rows drafting one token took 88 ms where a decode step
+took 66 and every row drafting 90; interpolated between one row and every row,
+the profile said 77). Without the half-rows figure (an older or vLLM profile),
+the interpolation is straight from one row to every row.
 
 With per-token acceptance p and window w, accepted tokens follow a truncated
 geometric law and a verify step makes ``E = (1 - p**(w+1)) / (1 - p)`` tokens
@@ -114,6 +121,18 @@ def race_progress(ps: list[float], window: int) -> float:
             miss *= 1.0 - min(max(p, 0.0), 1.0) ** j
         total += 1.0 - miss
     return total
+
+
+def rows_between(r: float, b: float, one: float, half: float | None, every: float) -> float:
+    """A step's seconds with ``r`` of its ``b`` rows drafting (1 <= r <= b), piecewise linear
+    through one row (``one``), half the rows (``half``; None: not measured, a straight line) and
+    every row (``every``). Works on floats and numpy arrays alike (the window sweep's)."""
+    if half is None:
+        return one + (r - 1.0) / (b - 1.0) * (every - one)
+    h = b / 2.0
+    low = one + (r - 1.0) / (h - 1.0) * (half - one)
+    high = half + (r - h) / (b - h) * (every - half)
+    return low * (r <= h) + high * (r > h)
 
 
 def _interp(xs: list[float], ys: list[float], x: float) -> float:
@@ -259,6 +278,11 @@ class StepCosts:
         # say so, and the policy would then add useless drafts to make a step "cheaper")
         self.one_row = None if cost.one_row_s is None or batch <= 1 else \
             [min(column(cost.one_row_s, ci), u) for ci, u in enumerate(self.uniform)]
+        # half the rows: between one row and every row (noise could put it outside); its knot
+        # (batch / 2 rows) needs a batch of 4
+        self.half_rows = None if self.one_row is None or cost.half_rows_s is None or batch < 4 else \
+            [min(max(column(cost.half_rows_s, ci), o), u)
+             for ci, (o, u) in enumerate(zip(self.one_row, self.uniform))]
         self.decode = _interp(self.chunks, self.uniform, 1.0)
         self.draft_fixed, self.extra_scale = cost.overhead_at(batch, self.decode)
         self.memo: dict[float, float] = {}  # fed -> uniform verify seconds, for callers that repeat themselves
@@ -289,7 +313,9 @@ class StepCosts:
         one = _interp(self.chunks, self.one_row, chunk)
         if r < 1.0:  # a row that drafts on a share of the steps only: the expectation
             return self.decode + r * (one - self.decode)
-        return one + (r - 1.0) / (b - 1.0) * (_interp(self.chunks, self.uniform, chunk) - one)
+        every = _interp(self.chunks, self.uniform, chunk)
+        half = None if self.half_rows is None else _interp(self.chunks, self.half_rows, chunk)
+        return rows_between(r, float(b), one, half, every)
 
     def tokens_per_s(self, p: float, window: int, draft_per_token_s: float, draft_rate: float,
                      decoupled: bool) -> float:
@@ -330,6 +356,8 @@ class CostModel:
     draft: dict[str, DraftCost] = field(default_factory=dict)
     #: [batch index][chunk index]: one row fed the chunk, the others one token (optional)
     one_row_s: list[list[float]] | None = None
+    #: [batch index][chunk index]: half the rows (batch // 2) fed the chunk, the others one (optional)
+    half_rows_s: list[list[float]] | None = None
     source: str = "packaged"  # where the profile came from (a path, or "packaged")
     #: methods whose drafters run on the verifier's own hardware (a model drafter on the one GPU, or
     #: beside it on a 2-core CPU): their time adds to the step's even decoupled, where the others'
@@ -372,15 +400,21 @@ class CostModel:
         if model.batch_sizes != sorted(set(model.batch_sizes)) or model.chunk_lens != sorted(set(model.chunk_lens)):
             raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must increase")
         check(model.forward_s, "forward_s")
-        if data.get("one_row_s") is not None:
-            try:
-                model.one_row_s = [list(map(float, row)) for row in data["one_row_s"]]
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
-            check(model.one_row_s, "one_row_s")
+        for field_name in ("one_row_s", "half_rows_s"):
+            if data.get(field_name) is not None:
+                try:
+                    table = [list(map(float, row)) for row in data[field_name]]
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+                check(table, field_name)
+                setattr(model, field_name, table)
+        if model.half_rows_s is not None and model.one_row_s is None:
+            raise ValueError(f"cost profile {name}: half_rows_s needs one_row_s")
         model.forward_s = monotone(model.forward_s)
         if model.one_row_s is not None:
             model.one_row_s = monotone(model.one_row_s)
+        if model.half_rows_s is not None:
+            model.half_rows_s = monotone(model.half_rows_s)
         model.draft = {name: DraftCost(c.per_row_s, c.fixed_s) for name, c in DEFAULT_DRAFT_COSTS.items()}
         return model
 
@@ -388,7 +422,8 @@ class CostModel:
         """Take ``other``'s verify profile (a better one for this machine); drafting costs
         learnt so far stay, and the online correction starts afresh."""
         self.batch_sizes, self.chunk_lens, self.forward_s = other.batch_sizes, other.chunk_lens, other.forward_s
-        self.one_row_s, self.source, self.correction = other.one_row_s, other.source, 1.0
+        self.one_row_s, self.half_rows_s = other.one_row_s, other.half_rows_s
+        self.source, self.correction = other.source, 1.0
         self.overheads, self.plain_ratios = [], []
 
     # ------------------------------------------------------------------ verify

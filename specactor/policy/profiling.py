@@ -13,7 +13,9 @@ C, the rows have ``context`` tokens in their KV cache on average (spread over
 +-25% when B > 1, as a rollout's rows differ) and are fed C new tokens
 (C=1 is a decode step, C=k+1 verifies k drafted tokens), logits for every
 position, as verification needs; and, for B > 1, one row fed C tokens while the
-others decode (``one_row_s``). The median of ``repeats`` timed forwards is kept,
+others decode (``one_row_s``), and half the rows (B // 2) fed C tokens (``half_rows_s``:
+past a few drafting rows the engine pads every row to the longest chunk, so a step's
+cost is far from linear in its drafting rows). The median of ``repeats`` timed forwards is kept,
 after one warm-up. ``bench/cost_profile.py`` is its command line.
 
 :func:`ensure_profile` is what the engine calls where the model is loaded
@@ -44,7 +46,8 @@ from typing import Any, Callable, Iterator
 #: Bumped when what is measured changes, so that older cached profiles are re-measured.
 #: 2: rows of a batch hold contexts of different lengths, as in a rollout (version 1 gave every row
 #: the same length, which let a batch of decode rows skip the attention mask a live step builds).
-PROFILE_VERSION = 2
+#: 3: half the rows fed a chunk (``half_rows_s``), the third point of a step's cost by drafting rows.
+PROFILE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,7 @@ def row_contexts(context: int, rows: int) -> list[int]:
 
 def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,
             context: int = QUICK.context, repeats: int = QUICK.repeats, *, one_row: bool = True,
+            half_rows: bool = True,
             sample: bool = False, budget_s: float | None = None,
             progress: Callable[[str], None] | None = None, cuda_graphs: bool = False) -> dict[str, Any]:
     """Time forwards of ``model`` (a :class:`specactor.verifier.model.CausalLM`, packed here as
@@ -240,6 +244,7 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
 
     forward: list[list[float]] = []
     one: list[list[float]] = []
+    half: list[list[float]] = []
     sampling: list[list[float]] = []
     done: list[int] = []
     partial = False
@@ -248,18 +253,23 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
             if budget_s is not None and done and time.perf_counter() - started > budget_s:
                 partial = True
                 break
-            f_row, o_row, s_row = [], [], []
+            f_row, o_row, h_row, s_row = [], [], [], []
             for c in chunk_lens:
                 f, s = timed([c] * b)
                 f_row.append(f)
                 s_row.append(s)
-                o = f if (b == 1 or c == 1) else timed([c] + [1] * (b - 1))[0]
+                o = f if (b == 1 or c == 1) or not (one_row or half_rows) else timed([c] + [1] * (b - 1))[0]
                 o_row.append(o)
+                # half of fewer than 4 rows is one row (or all of one)
+                h = o if b < 4 or c == 1 or not half_rows else timed([c] * (b // 2) + [1] * (b - b // 2))[0]
+                h_row.append(h)
                 if progress is not None:
                     progress(f"B={b:3d} C={c:2d}: forward {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
+                             + (f"  half the rows {h * 1000:8.1f} ms" if half_rows else "")
                              + (f"  sample {s * 1000:6.1f} ms" if sample else ""))
             forward.append(f_row)
             one.append(o_row)
+            half.append(h_row)
             sampling.append(s_row)
             done.append(b)
     cache.lengths = [0] * cache.num_slots
@@ -270,8 +280,10 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
         "date": time.strftime("%Y-%m-%d"), "measure_s": round(time.perf_counter() - started, 3),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
     }
-    if one_row:
+    if one_row or half_rows:
         result["one_row_s"] = one
+    if half_rows:
+        result["half_rows_s"] = half
     if sample:
         result["sample_s"] = sampling
     if partial:

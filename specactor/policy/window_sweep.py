@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specactor.policy.cost_model import CostModel, StepCosts, decoupled_work
+from specactor.policy.cost_model import CostModel, StepCosts, decoupled_work, rows_between
 from specactor.policy.drafting_tally import keep_chance, round_work
 
 
@@ -40,7 +40,8 @@ def verify_many(steps: StepCosts, fed: np.ndarray, rows: np.ndarray) -> np.ndarr
         safe_r = np.where(r > 1e-9, r, 1.0)
         chunk = 1.0 + extra / safe_r
         one = _interp(steps.chunks, steps.one_row, chunk)
-        spread = one + (r - 1.0) / (b - 1.0) * (_interp(steps.chunks, steps.uniform, chunk) - one)
+        half = None if steps.half_rows is None else _interp(steps.chunks, steps.half_rows, chunk)
+        spread = rows_between(r, float(b), one, half, _interp(steps.chunks, steps.uniform, chunk))
         raw = np.where(r < 1.0, plain + r * (one - plain), spread)
         raw = np.where((extra <= 1e-9) | (rows <= 1e-9), plain, raw)
     added = raw - plain

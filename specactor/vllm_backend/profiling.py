@@ -12,8 +12,8 @@ For each batch size B: B requests with ``context`` random prompt tokens are
 prefilled; then, for each chunk length C, every row is given C-1 drafted
 tokens (tokens no model would emit after random context: rejected, but
 verified all the same) and the step is timed (``forward_s``), and a step with
-only the first row drafting (``one_row_s``); the median of ``repeats`` steps
-after one warm-up. The requests are aborted after each batch size.
+only the first row drafting (``one_row_s``) and one with the first half of the
+rows drafting (``half_rows_s``); the median of ``repeats`` steps after one warm-up. The requests are aborted after each batch size.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     if not batch_sizes or not chunk_lens or repeats < 1:
         raise ValueError(f"nothing to measure: batch sizes {batch_sizes} (max_batch {engine.max_batch}), "
                          f"chunk lengths {chunk_lens} (max_draft {engine.max_draft}), repeats {repeats}")
-    steps_needed = (repeats + 1) * len(chunk_lens) * 2 * max(chunk_lens) + 2
+    steps_needed = (repeats + 1) * len(chunk_lens) * 3 * max(chunk_lens) + 2
     if context + steps_needed > engine.cache.max_len:
         raise ValueError(f"context {context} + {steps_needed} measured tokens exceed max_len {engine.cache.max_len}")
     vocab = engine.vocab_size
@@ -58,6 +58,7 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     started = time.perf_counter()
     forward: list[list[float]] = []
     one: list[list[float]] = []
+    half: list[list[float]] = []
     done: list[int] = []
     partial = False
 
@@ -84,23 +85,28 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
                     engine.add(seq)
                 while any(not s.output_ids for s in seqs):  # the prefill (chunked if it must be)
                     engine.step()
-                f_row, o_row = [], []
+                f_row, o_row, h_row = [], [], []
                 for c in chunk_lens:
                     f = timed(c, seqs)
                     o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
+                    h = o if (b < 4 or c == 1) else timed(c, seqs[:b // 2])  # half of fewer than 4: one
                     f_row.append(f)
                     o_row.append(o)
+                    h_row.append(h)
                     if progress is not None:
-                        progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms")
+                        progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
+                                 f"  half the rows {h * 1000:8.1f} ms")
             finally:
                 for seq in seqs:
                     engine.abort(seq.request_id)
             forward.append(f_row)
             one.append(o_row)
+            half.append(h_row)
             done.append(b)
     result: dict[str, Any] = {
         "model": engine.folder.name, "context": context, "threads": int(os.environ.get("OMP_NUM_THREADS") or 0),
-        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "one_row_s": one, "repeats": repeats,
+        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "one_row_s": one,
+        "half_rows_s": half, "repeats": repeats,
         "backend": "vllm", "dtype": engine.dtype, "device": engine.device, "date": time.strftime("%Y-%m-%d"),
         "measure_s": round(time.perf_counter() - started, 3),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",

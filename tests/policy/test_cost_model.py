@@ -220,3 +220,52 @@ def test_only_a_drafter_on_the_verifier_s_hardware_adds_its_time_to_a_decoupled_
     assert cost.step_s(4, 12, both, False, 4) == pytest.approx(verify + 0.008)  # coupled: as before
     slow_ngram = {"ngram": (4, 1000), "learned": (4, 2)}  # a cheap drafter that cannot keep up bounds the step
     assert cost.step_s(4, 12, slow_ngram, True, 4) == pytest.approx(1.0)
+
+
+def _rows_profile(tmp_path, half: bool) -> CostModel:
+    """Batch 32 only: a decode step 64 ms; every row verifying one draft token 89 ms, one row 66,
+    half the rows (on this CPU, padded to the longest chunk) 88."""
+    profile = {"batch_sizes": [32], "chunk_lens": [1, 2], "forward_s": [[0.064, 0.089]],
+               "one_row_s": [[0.064, 0.066]]}
+    if half:
+        profile["half_rows_s"] = [[0.064, 0.088]]
+    path = tmp_path / f"rows_{half}.json"
+    path.write_text(json.dumps(profile))
+    return CostModel.from_profile(path)
+
+
+@given(st.integers(1, 32))
+def test_a_step_s_cost_by_drafting_rows_runs_through_one_half_and_every_row(rows: int) -> None:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        measured, straight = _rows_profile(Path(folder), True), _rows_profile(Path(folder), False)
+    fed = 32 + rows  # one draft token a drafting row
+    knots = {1: 0.066, 16: 0.088, 32: 0.089}
+    if rows in knots:
+        assert measured.verify_rows_s(32, fed, rows) == pytest.approx(knots[rows])
+    low, high = (1, 16) if rows <= 16 else (16, 32)
+    line = knots[low] + (rows - low) / (high - low) * (knots[high] - knots[low])
+    assert measured.verify_rows_s(32, fed, rows) == pytest.approx(line)
+    # without the half-rows figure: a straight line from one row to every row (what older profiles say)
+    assert straight.verify_rows_s(32, fed, rows) == pytest.approx(0.066 + (rows - 1) / 31 * 0.023)
+
+
+def test_a_half_rows_table_is_checked_like_the_others(tmp_path) -> None:
+    base = {"batch_sizes": [1, 4], "chunk_lens": [1, 2], "forward_s": [[0.01, 0.02], [0.02, 0.04]]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**base, "half_rows_s": [[0.01, 0.02], [0.02, 0.03]]}))
+    with pytest.raises(ValueError, match="half_rows_s needs one_row_s"):
+        CostModel.from_profile(path)
+    path.write_text(json.dumps({**base, "one_row_s": base["forward_s"], "half_rows_s": [[0.01, 0.02]]}))
+    with pytest.raises(ValueError, match="half_rows_s is not batch_sizes x chunk_lens"):
+        CostModel.from_profile(path)
+    path.write_text(json.dumps({**base, "one_row_s": base["forward_s"], "half_rows_s": [[0.01, "x"], [1, 2]]}))
+    with pytest.raises(ValueError, match="malformed table"):
+        CostModel.from_profile(path)
+    # a half-rows figure outside one row's and every row's is brought between them
+    path.write_text(json.dumps({**base, "one_row_s": [[0.01, 0.02], [0.02, 0.03]],
+                                "half_rows_s": [[0.01, 0.02], [0.02, 0.09]]}))
+    steps = CostModel.from_profile(path).at_batch(4)
+    assert steps.half_rows == pytest.approx([0.02, 0.04])

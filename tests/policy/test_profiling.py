@@ -58,14 +58,34 @@ def test_measure_times_the_packed_model_in_the_cost_models_format(model, tmp_pat
     profile = measure(model, (1, 2, 4), (1, 2, 4), context=16, repeats=1, sample=True)
     assert profile["packed"] == packable == isinstance(model.lm_head, PackedLinear)  # what the engine runs
     assert profile["batch_sizes"] == [1, 2, 4] and profile["chunk_lens"] == [1, 2, 4]
-    for table in ("forward_s", "one_row_s", "sample_s"):
+    for table in ("forward_s", "one_row_s", "half_rows_s", "sample_s"):
         assert [len(row) for row in profile[table]] == [3, 3, 3]
     assert profile["one_row_s"][0] == profile["forward_s"][0]  # at batch 1 the one row is every row
     assert all(one[0] == full[0] for one, full in zip(profile["one_row_s"], profile["forward_s"]))
+    # half of 1 or 2 rows is one row; a decode step is a decode step
+    assert profile["half_rows_s"][:2] == profile["one_row_s"][:2]
+    assert all(half[0] == full[0] for half, full in zip(profile["half_rows_s"], profile["forward_s"]))
     path = tmp_path / "p.json"
     path.write_text(json.dumps(profile))
     cost = CostModel.from_profile(path)
     assert cost.one_row_s is not None and cost.verify_rows_s(4, 4 + 3, rows=1) > 0
+    assert cost.half_rows_s is not None and cost.at_batch(4).half_rows is not None
+
+
+def test_half_the_rows_are_timed_fed_the_chunk_the_others_decoding(model, monkeypatch) -> None:
+    seen: list[list[int]] = []
+    real = type(model).forward
+
+    def spy(self, tokens, q_lens, cache, *args, **kwargs):
+        seen.append(list(q_lens))
+        return real(self, tokens, q_lens, cache, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", spy)
+    measure(model, (8,), (1, 3), context=16, repeats=1)
+    assert [3, 3, 3, 3, 1, 1, 1, 1] in seen and [3, 1, 1, 1, 1, 1, 1, 1] in seen and [3] * 8 in seen
+    seen.clear()
+    measure(model, (8,), (1, 3), context=16, repeats=1, half_rows=False)
+    assert [3, 3, 3, 3, 1, 1, 1, 1] not in seen and [3, 1, 1, 1, 1, 1, 1, 1] in seen
 
 
 def test_a_measured_batch_holds_contexts_of_different_lengths_as_a_rollout_does(model) -> None:

@@ -17,8 +17,9 @@ from specactor.policy.drafting_tally import FromScratchTally
 from specactor.policy.window_sweep import verify_many
 
 DATA = Path(__file__).parent / "data"
-#: the packaged profile (uniform rows only), one with a one-row column (AVX2), a flat one
-PROFILES = [None, DATA / "avx2_profile.json", DATA / "flat_profile.json"]
+#: the packaged profile (uniform rows only), one with a one-row column (AVX2), a flat one, one with
+#: one-row and half-rows columns (the default model on a 2-core EPYC)
+PROFILES = [None, DATA / "avx2_profile.json", DATA / "flat_profile.json", DATA / "half_rows_profile.json"]
 METHODS = ["ngram", "suffix", "model"]
 
 
@@ -47,12 +48,12 @@ def _policy(profile, rng: random.Random, shared: set[str], decoupled: bool, top:
 
 
 def test_plans_choose_the_windows_the_one_at_a_time_search_chooses() -> None:
-    """200 random batches of 1-128 requests on three profiles, drafting decoupled and coupled,
+    """200 random batches of 1-128 requests on four profiles, drafting decoupled and coupled,
     with and without a method on the verifier's hardware: the same windows and speeds as the
     search before the sweep and the tally (one allocation at a time, drafting from every row)."""
     rng = random.Random(11)
     for trial in range(200):
-        profile = PROFILES[trial % 3]
+        profile = PROFILES[trial % len(PROFILES)]
         shared = {"model"} if trial % 4 == 1 else set()
         decoupled = trial % 5 != 2
         top = rng.choice([4, 8, 16])

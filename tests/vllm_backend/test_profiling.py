@@ -26,6 +26,7 @@ def test_vllm_steps_are_profiled_within_the_engines_limits_and_the_engine_serves
     assert not vllm.has_work and vllm.eos_token_ids == eos  # its requests aborted, its stop tokens back
     model = CostModel.from_profile(write_profile(tmp_path / "vllm.json", profile))
     assert model.batch_sizes == [1, 3] and all(t > 0 for row in model.one_row_s for t in row)
+    assert profile["half_rows_s"] == profile["one_row_s"]  # half of fewer than 4 rows is the first row
     assert [s.output_ids for s in run_to_end(vllm, sequences(prompts, 1.0, 16))] == before
 
 
