@@ -184,6 +184,9 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
     the engine packs it) over ``batch_sizes`` x ``chunk_lens`` with ``context`` tokens of KV cache
     per row; return the profile (the JSON format :class:`CostModel` reads).
 
+    ``one_row`` and ``half_rows`` time one row and half the rows (``batch // 2``) fed each chunk
+    while the others decode (``one_row_s``, ``half_rows_s``; the half-rows figure is interpolated
+    from the one-row one, so it brings that along);
     ``sample`` also times the sampler for every position (``sample_s``, informative only);
     ``budget_s`` stops after the batch size during which it ran out (the profile then
     holds the batch sizes measured, and ``"partial": true``). ``cuda_graphs`` times the steps as

@@ -269,3 +269,22 @@ def test_a_half_rows_table_is_checked_like_the_others(tmp_path) -> None:
                                 "half_rows_s": [[0.01, 0.02], [0.02, 0.09]]}))
     steps = CostModel.from_profile(path).at_batch(4)
     assert steps.half_rows == pytest.approx([0.02, 0.04])
+
+
+def test_a_plan_priced_through_half_the_rows_is_not_taken_where_only_the_straight_line_pays(tmp_path) -> None:
+    """16 of 32 rows whose drafts are right 60% of the time. On a straight line from one row drafting
+    (66 ms) to every row (89 ms), one-token drafts for all 16 cost 77 ms and buy 8% more tokens a
+    second; at what half the rows drafting costs on this CPU (88 ms: every row is padded) they lose."""
+    from specactor.policy.bandit import FastestOfN
+
+    profile = {"batch_sizes": [32], "chunk_lens": [1, 2, 4], "forward_s": [[0.064, 0.089, 0.141]],
+               "one_row_s": [[0.064, 0.066, 0.072]]}
+    entries = [("ngram", 0.6, 1.0)] * 16 + [("ngram", 0.0, 1.0)] * 16
+    chosen = {}
+    for name, extra in (("straight", {}), ("half", {"half_rows_s": [[0.064, 0.088, 0.120]]})):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**profile, **extra}))
+        policy = FastestOfN(["ngram"], CostModel.from_profile(path), max_window=4)
+        chosen[name] = policy._allocate(policy.cost.at_batch(32), entries)[0]
+    assert chosen["straight"][:16] == [1] * 16
+    assert not any(chosen["half"])
