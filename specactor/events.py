@@ -119,6 +119,11 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "A cached cost profile could not be used (corrupt, or measured for another setting): it is measured again.",
         ("path", "error"),
     ),
+    "policy.profile_skipped": (
+        "vLLM's engine is too short (`max_len`, sized to the rollout's samples) to measure this machine's profile in: "
+        "the policy starts from the packaged one, corrected online, and a later engine with room measures it.",
+        ("error",),
+    ),
     "coordinator.error_reply": ("An actor answered the coordinator with an error.", ("sender", "code", "error", "ref")),
     "coordinator.verifier_restarting": (
         "The verifier crashed or hung and the supervisor is starting a new one: requests wait for it.",

@@ -177,11 +177,14 @@ class VerifyActor(Actor):
         self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
         if self.profile:
             from specactor.policy.profiling import ensure_profile, grid_for
-            from specactor.vllm_backend.profiling import BUDGET_S, measure_vllm
+            from specactor.vllm_backend.profiling import BUDGET_S, EngineTooShort, measure_vllm
 
-            ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
-                           log=self.log, backend="vllm", measurer=measure_vllm, budget_s=BUDGET_S,
-                           grid=grid_for(engine.max_draft))
+            try:
+                ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
+                               log=self.log, backend="vllm", measurer=measure_vllm, budget_s=BUDGET_S,
+                               grid=grid_for(engine.max_draft))
+            except EngineTooShort as exc:  # serve all the same: the policy starts from the packaged profile
+                self.log.warning("policy.profile_skipped", error=str(exc))
         return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
     def on_closed(self) -> None:

@@ -34,6 +34,14 @@ from specactor.verifier.engine import Sequence
 
 #: Seconds vLLM's profile may take at start-up (vLLM's own start takes 10-30 s of the verifier's 120 s).
 BUDGET_S = 60.0
+#: the shortest context a profile is measured at, where the engine's max_len leaves no room for more
+MIN_CONTEXT = 16
+
+
+class EngineTooShort(ValueError):
+    """The engine's max_len leaves no room for the measured steps: a rollout of short samples sizes
+    vLLM to them. The verifier then serves on the packaged profile, corrected online, and a later
+    engine with room measures this machine's."""
 
 
 def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = QUICK.chunk_lens,
@@ -41,7 +49,9 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time ``engine``'s steps (a VllmEngine with nothing running) over ``batch_sizes`` x
     ``chunk_lens``; return the profile :class:`~specactor.policy.cost_model.CostModel` reads.
-    Batch sizes above the engine's ``max_batch`` and chunks above its ``max_draft + 1`` are left out."""
+    Batch sizes above the engine's ``max_batch`` and chunks above its ``max_draft + 1`` are left out;
+    ``context`` shrinks to what the engine's ``max_len`` leaves beside the measured steps (the profile
+    says which), and :class:`EngineTooShort` is raised where not even ``MIN_CONTEXT`` is left."""
     if engine.has_work:
         raise ValueError("measure_vllm needs an idle engine: it would time other requests' steps too")
     batch_sizes = sorted({int(b) for b in batch_sizes if 1 <= int(b) <= engine.max_batch})
@@ -49,9 +59,14 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     if not batch_sizes or not chunk_lens or repeats < 1:
         raise ValueError(f"nothing to measure: batch sizes {batch_sizes} (max_batch {engine.max_batch}), "
                          f"chunk lengths {chunk_lens} (max_draft {engine.max_draft}), repeats {repeats}")
+    # every timed step may commit a whole chunk (should a draft be right), three timings a chunk
     steps_needed = (repeats + 1) * len(chunk_lens) * 3 * max(chunk_lens) + 2
-    if context + steps_needed > engine.cache.max_len:
-        raise ValueError(f"context {context} + {steps_needed} measured tokens exceed max_len {engine.cache.max_len}")
+    room = engine.cache.max_len - steps_needed
+    if room < MIN_CONTEXT:
+        raise EngineTooShort(f"{steps_needed} measured tokens after a context of at least {MIN_CONTEXT} exceed "
+                             f"max_len {engine.cache.max_len}: measure fewer or shorter chunks, or fewer repeats")
+    # an engine sized for short samples measures at a shorter context (the profile says which)
+    context = min(context, room)
     vocab = engine.vocab_size
     gen = torch.Generator().manual_seed(0)
     params = SamplingParams(temperature=0.0, max_tokens=steps_needed)

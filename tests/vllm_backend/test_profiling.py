@@ -49,3 +49,16 @@ def test_the_start_up_grid_measures_the_engine_s_longest_chunk(setup) -> None:
     profile = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=grid.chunk_lens, context=16, repeats=1)
     # what was measured covers the grid, so the next start finds the cached profile usable
     assert max(profile["chunk_lens"]) == max(grid.chunk_lens) == vllm.max_draft + 1
+
+
+def test_an_engine_sized_for_short_samples_is_profiled_at_a_shorter_context(setup) -> None:
+    """A rollout of short samples sizes vLLM's max_len to them; the start-up profile must still fit
+    (its 256 tokens of context and its measured steps did not, and the verifier failed to start)."""
+    vllm, _, _ = setup
+    chunks = grid_for(vllm.max_draft).chunk_lens
+    steps = 5 * len(chunks) * 3 * max(chunks) + 2  # 4 repeats and a warm-up, three timings a chunk
+    profile = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=4)
+    assert profile["context"] == min(256, vllm.cache.max_len - steps) < 256
+    assert not vllm.has_work
+    with pytest.raises(ValueError, match=f"exceed max_len {vllm.cache.max_len}"):
+        measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=40)

@@ -138,3 +138,19 @@ async def test_the_learned_drafter_trains_on_vllms_rollouts_at_an_update_and_the
         assert {r.request_id: r.token_ids for r in got} == _subset(reference[0.0], IDS[:2])
     assert sum(r.stats.per_method.get("learned", {}).get("drafted", 0) for r in before) == 0
     assert sum(r.stats.per_method.get("learned", {}).get("accepted", 0) for r in after) > 0
+
+
+async def test_an_engine_too_short_to_profile_in_serves_on_the_packaged_profile(prompts, reference, session_cache,
+                                                                               tmp_path, monkeypatch) -> None:
+    """A rollout of short samples sizes vLLM's max_len to them; on a machine with no vLLM profile
+    cached, the start-up profile's measured steps did not fit, and the verifier failed to start
+    (every sample of `specactor rollout --backend vllm --max-tokens 64` failed)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(session_cache / "models")
+    monkeypatch.setenv("SPECACTOR_CACHE", str(cache))  # no profile cached: the verifier measures one
+    async with RolloutEngine(_config(profile="auto", max_len=256)) as engine:
+        got = await engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=96, seed=5, n=2),
+                                    request_ids=IDS)
+    assert {r.request_id: r.token_ids for r in got} == reference[0.0]
+    assert not list(cache.glob("profiles/*.json"))  # nothing measured, nothing cached
