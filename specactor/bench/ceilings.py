@@ -183,10 +183,15 @@ def simulate(lengths: list[int], plan: Plan, cost: CostModel, decoupled: bool = 
         k = min(steps.values())
         # the stretch's last step: a request that finishes in it drafts no further than its end (the
         # engine caps a draft at what a request may still generate, Engine.max_draft)
-        left = {i: remaining[i] - (k - 1) * configs[i].progress for i in remaining if steps[i] == k}
-        last = [replace(c, window=min(c.window, max(0, math.ceil(left[i] - 1e-9) - 1))) if i in left else c
-                for i, c in configs.items()]
-        clock += (k - 1) * step + step_s(cost, batch, last, decoupled, free)
+        shrunk = {}
+        for i in remaining:
+            if steps[i] == k:
+                left = remaining[i] - (k - 1) * configs[i].progress
+                window = min(configs[i].window, max(0, math.ceil(left - 1e-9) - 1))
+                if window < configs[i].window:
+                    shrunk[i] = replace(configs[i], window=window)
+        last = step_s(cost, batch, [shrunk.get(i, c) for i, c in configs.items()], decoupled, free) if shrunk else step
+        clock += (k - 1) * step + last
         for i in list(remaining):
             if steps[i] == k:
                 del remaining[i]

@@ -60,6 +60,9 @@ from specactor.drafters.base import decoupled_lookahead
 
 #: a draft token accepted with less probability than this buys next to nothing
 NEGLIGIBLE = 0.02
+#: the smallest batch whose half-rows figure is a point of its own (``batch // 2`` rows, at least 2);
+#: below it the profiles store the one-row figure there, and the cost model does not use it
+HALF_ROWS_FROM = 4
 
 
 def useful_window(p: float, max_window: int) -> int:
@@ -278,9 +281,8 @@ class StepCosts:
         # say so, and the policy would then add useless drafts to make a step "cheaper")
         self.one_row = None if cost.one_row_s is None or batch <= 1 else \
             [min(column(cost.one_row_s, ci), u) for ci, u in enumerate(self.uniform)]
-        # half the rows: between one row and every row (noise could put it outside); its knot
-        # (batch / 2 rows) needs a batch of 4
-        self.half_rows = None if self.one_row is None or cost.half_rows_s is None or batch < 4 else \
+        # half the rows: between one row and every row (noise could put it outside)
+        self.half_rows = None if self.one_row is None or cost.half_rows_s is None or batch < HALF_ROWS_FROM else \
             [min(max(column(cost.half_rows_s, ci), o), u)
              for ci, (o, u) in enumerate(zip(self.one_row, self.uniform))]
         self.decode = _interp(self.chunks, self.uniform, 1.0)
@@ -407,14 +409,10 @@ class CostModel:
                 except (TypeError, ValueError) as exc:
                     raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
                 check(table, field_name)
-                setattr(model, field_name, table)
+                setattr(model, field_name, monotone(table))
         if model.half_rows_s is not None and model.one_row_s is None:
             raise ValueError(f"cost profile {name}: half_rows_s needs one_row_s")
         model.forward_s = monotone(model.forward_s)
-        if model.one_row_s is not None:
-            model.one_row_s = monotone(model.one_row_s)
-        if model.half_rows_s is not None:
-            model.half_rows_s = monotone(model.half_rows_s)
         model.draft = {name: DraftCost(c.per_row_s, c.fixed_s) for name, c in DEFAULT_DRAFT_COSTS.items()}
         return model
 

@@ -195,6 +195,7 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
     """
     import torch
 
+    from specactor.policy.cost_model import HALF_ROWS_FROM
     from specactor.verifier.cuda_graphs import GraphedSteps
     from specactor.verifier.kv_cache import KVCache
     from specactor.verifier.sampler import SamplingBatch, sample as sample_logits
@@ -263,8 +264,8 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
                 s_row.append(s)
                 o = f if (b == 1 or c == 1) or not (one_row or half_rows) else timed([c] + [1] * (b - 1))[0]
                 o_row.append(o)
-                # half of fewer than 4 rows is one row (or all of one)
-                h = o if b < 4 or c == 1 or not half_rows else timed([c] * (b // 2) + [1] * (b - b // 2))[0]
+                h = o if b < HALF_ROWS_FROM or c == 1 or not half_rows \
+                    else timed([c] * (b // 2) + [1] * (b - b // 2))[0]
                 h_row.append(h)
                 if progress is not None:
                     progress(f"B={b:3d} C={c:2d}: forward {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from specactor.policy.cost_model import HALF_ROWS_FROM
 from specactor.policy.profiling import QUICK, cpu_model
 from specactor.protocol import SamplingParams
 from specactor.verifier.engine import Sequence
@@ -104,7 +105,7 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
                 for c in chunk_lens:
                     f = timed(c, seqs)
                     o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
-                    h = o if (b < 4 or c == 1) else timed(c, seqs[:b // 2])  # half of fewer than 4: one
+                    h = o if (b < HALF_ROWS_FROM or c == 1) else timed(c, seqs[:b // 2])
                     f_row.append(f)
                     o_row.append(o)
                     h_row.append(h)
