@@ -335,14 +335,15 @@ def build_parser() -> argparse.ArgumentParser:
     summarize = events_commands.add_parser(
         "summarize", help="per method: drafts, acceptance, accepted length, share of tokens; per actor: busy and "
                           "idle time; the tail; the policy's decisions")
-    summarize.add_argument("events_file", metavar="EVENTS.jsonl")
+    summarize.add_argument("events_file", metavar="EVENTS.jsonl", help="an events file (--events), or one "
+                                                                        "compressed with gzip")
     summarize.add_argument("--version", type=int, default=None, metavar="K",
                            help="only the rollout on policy version K (one RL step: from the verifier's switch "
                                 "to version K to its next weight update; 0 = before the first)")
     summarize.set_defaults(func=_events_summarize)
     plot = events_commands.add_parser(
         "plot", help="batch size and tokens/s over time, acceptance per method, per-request lanes by drafter")
-    plot.add_argument("events_file", metavar="EVENTS.jsonl")
+    plot.add_argument("events_file", metavar="EVENTS.jsonl", help="an events file, plain or gzip-compressed")
     plot.add_argument("--out", required=True, metavar="FIG.png", help="where to write the figure")
     plot.set_defaults(func=_events_plot)
     return parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -164,3 +165,26 @@ def test_a_policy_whose_plans_were_spaced_out_is_reported() -> None:
     assert "policy plans spaced out 2 times, at most to every 9 steps (a plan 20.5 ms against steps of 9.0 ms " \
            "at batch 256)" in text
     assert "spaced out" not in format_summary(summarize([step]))
+
+
+def test_a_gzip_compressed_log_reads_as_the_plain_one(run_log, tmp_path) -> None:
+    """Long event logs are kept compressed: ``summarize`` and ``plot`` read them as they are."""
+    path, _ = run_log
+    packed = tmp_path / "events.jsonl.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert read_events(packed) == read_events(path)
+    out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(packed)],
+                         capture_output=True, text=True, check=True).stdout
+    plain = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path)],
+                           capture_output=True, text=True, check=True).stdout
+    assert out == plain
+
+
+def test_a_cut_off_compressed_log_is_an_error_naming_the_file(run_log, tmp_path) -> None:
+    path, _ = run_log
+    cut = tmp_path / "cut.jsonl.gz"
+    data = gzip.compress(path.read_bytes())
+    cut.write_bytes(data[: len(data) // 2])
+    proc = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(cut)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "cut.jsonl.gz" in proc.stderr and "damaged" in proc.stderr
