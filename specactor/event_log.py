@@ -15,40 +15,30 @@ writes about a megabyte of events, a tenth of that compressed.
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-GZIP_MAGIC = b"\x1f\x8b"
+from specactor.compressed import read_text
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:
-    """Every event of a JSON-lines file, plain or gzip-compressed (told by its first bytes, not its
-    name), in time order; a bad line is an error naming it."""
+    """Every event of a JSON-lines file, plain or gzip-compressed, in time order; a bad line is an
+    error naming it."""
     events = []
-    with open(path, "rb") as raw:
-        compressed = raw.read(2) == GZIP_MAGIC
-    number = 0
-    try:
-        with (gzip.open(path, "rt", encoding="utf-8") if compressed else open(path, encoding="utf-8")) as fh:
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
-                if not isinstance(event, dict) or "event" not in event or "ts" not in event:
-                    raise ValueError(f"{path}:{number}: not an event (needs 'event' and 'ts')")
-                events.append(event)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # a cut-off or damaged compressed file
-        raise ValueError(f"{path}: compressed file damaged after line {number} ({exc})") from None
+    for number, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(event, dict) or "event" not in event or "ts" not in event:
+            raise ValueError(f"{path}:{number}: not an event (needs 'event' and 'ts')")
+        events.append(event)
     if not events:
         raise ValueError(f"{path}: no events")
     events.sort(key=lambda e: e["ts"])

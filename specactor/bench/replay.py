@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from specactor.compressed import read_text
+
 #: drafters ``replay`` knows; "arctic" needs arctic-inference (vLLM's suffix decoding)
 DRAFTERS = ("ngram", "suffix", "arctic")
 
@@ -21,12 +23,12 @@ Proposer = Callable[[list[int], int], list[int]]  # (committed output so far, wi
 
 def load_rollout(path: str | Path) -> list[dict]:
     """The samples of a ``specactor rollout`` output file (JSON lines with id, sample, prompt_ids and
-    token_ids); ValueError naming the file and line of anything else."""
+    token_ids; plain or gzip-compressed); ValueError naming the file and line of anything else."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no rollout file at {path}")
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -3,6 +3,7 @@ with what was committed for any tokens, and a sample that repeats itself is draf
 
 from __future__ import annotations
 
+import gzip
 
 import pytest
 from hypothesis import given, settings
@@ -110,3 +111,6 @@ def test_a_rollout_file_is_read_and_a_bad_one_named(tmp_path) -> None:
         load_rollout(bad)
     with pytest.raises(ValueError, match="no rollout file at"):
         load_rollout(tmp_path / "missing.jsonl")
+    packed = tmp_path / "rollout.jsonl.gz"  # kept compressed once the run is over
+    packed.write_bytes(gzip.compress(good.read_bytes()))
+    assert load_rollout(packed) == rows
