@@ -93,6 +93,23 @@ def parse_drafter_options(items: list[str]) -> dict[str, dict]:
     return options
 
 
+def parse_learned_options(items: list[str]) -> dict:
+    """``KEY=VALUE`` settings of the learned drafter (its constructor's arguments: layers, vocab,
+    epochs, lr, max_train_s, buffer_tokens)."""
+    import inspect
+
+    from specactor.drafters.learned import LearnedDrafter
+
+    known = set(inspect.signature(LearnedDrafter).parameters) - {"target", "max_slots", "max_len", "device"}
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--learned-option {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+        options[key] = _value(value)
+    return options
+
+
 def parse_sampling(text: str | None, rollouts: int) -> list[tuple[float, int]]:
     """``T:SEED`` per replayed rollout, comma-separated, in their order."""
     items = [i for i in (text or "").split(",") if i]
@@ -122,7 +139,7 @@ def learned_settings(args: argparse.Namespace, settings: ReplaySettings, samplin
     from specactor.models import resolve_model
     from specactor.verifier.weights import load_causal_lm
 
-    drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)))
+    drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)), **parse_learned_options(args.learned_option))
     paths = [path for path in args.learned.split(",") if path]
     train = [row for path in paths for row in load_rollout(path)]
     trained = replay_learned.train_on_rollouts(drafter, train)
@@ -174,6 +191,9 @@ def main() -> None:
     parser.add_argument("--learned-on-verifier", action="store_true",
                         help="the learned drafter runs on the verifier's own hardware (one GPU, a 2-core "
                              "CPU): its time adds to the step's instead of hiding beside it")
+    parser.add_argument("--learned-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a learned drafter setting, e.g. max_train_s=None to train on many epochs' rollouts "
+                             "without the product's 120 s cap a round (repeatable)")
     parser.add_argument("--model", help="the target model folder for --learned (default: the packaged model)")
     parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args()
@@ -207,6 +227,7 @@ def main() -> None:
             settings.cost.draft[LEARNED] = replay_learned.learned_draft_cost(settings.cost, args.learned_cost)
         for name in names:
             make_policy(name, settings)
+        parse_learned_options(args.learned_option)
         rows_of = {path: load_rollout(path) for path in args.rollouts}
         rollouts = {path: samples_of(rows) for path, rows in rows_of.items()}
     except (ValueError, OSError) as exc:

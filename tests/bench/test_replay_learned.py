@@ -147,6 +147,8 @@ def test_the_script_asks_for_what_the_learned_drafter_needs(tmp_path) -> None:
     assert done.returncode == 2 and "expected T:SEED" in done.stderr
     done = _script(str(rollout), "--methods", "learned,ngram")
     assert done.returncode == 2 and "needs --learned" in done.stderr
+    done = _script(str(rollout), "--learned", str(rollout), "--sampling", "1:7", "--learned-option", "depth=3")
+    assert done.returncode == 2 and "--learned-option 'depth=3'" in done.stderr and "layers" in done.stderr
 
 
 def test_the_script_replays_a_trained_student(tmp_path, tiny_checkpoint) -> None:
@@ -157,9 +159,10 @@ def test_the_script_replays_a_trained_student(tmp_path, tiny_checkpoint) -> None
                                             "token_ids": _cycle(40, offset + i)}) + "\n" for i in range(3)))
     out = tmp_path / "out.json"
     done = _script(str(replayed), "--learned", str(train), "--sampling", "0:7", "--model", str(tiny_checkpoint),
-                   "--policies", "plain,geometric", "--out", str(out))
+                   "--policies", "plain,geometric", "--learned-option", "epochs=1", "--out", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["learned"]["report"]["sequences"] == 3
+    assert report["learned"]["report"]["epochs"] == 1  # the product's 3 passes, set to 1
     assert 0.0 <= report["learned"]["hit_rate"][str(replayed)] <= 1.0
     assert report["rollouts"][str(replayed)]["methods"] == ["ngram", "suffix", LEARNED]
