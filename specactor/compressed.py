@@ -13,11 +13,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 def read_text(path: str | Path) -> str:
     """The whole text of ``path``, decompressed if it is gzip; ValueError naming the file where a
-    compressed one is cut off or damaged (OSError where it cannot be read at all)."""
+    compressed one is cut off or damaged, or the text is not UTF-8 (OSError where it cannot be read)."""
     data = Path(path).read_bytes()
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise ValueError(f"{path}: compressed file damaged ({exc})") from None
-    return data.decode("utf-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None

@@ -34,3 +34,9 @@ def test_a_cut_off_compressed_file_is_an_error_naming_it(tmp_path) -> None:
     (tmp_path / "cut.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"cut.gz: compressed file damaged"):
         read_text(tmp_path / "cut.gz")
+
+
+def test_a_file_that_is_not_text_is_an_error_naming_it(tmp_path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"\x00\xff\xfe binary")
+    with pytest.raises(ValueError, match=r"model.bin: not UTF-8 text"):
+        read_text(tmp_path / "model.bin")
