@@ -61,18 +61,23 @@ def _value(text: str) -> object:
         return text
 
 
-def parse_options(items: list[str]) -> dict:
-    """``KEY=VALUE`` settings of FastestOfN."""
+def _keyword_settings(items: list[str], flag: str, cls: type, fixed: set[str]) -> dict:
+    """``KEY=VALUE`` items as keyword arguments of ``cls`` (any but ``fixed``); ValueError naming ``flag``."""
     import inspect
 
-    known = set(inspect.signature(FastestOfN).parameters) - {"methods", "cost", "max_window", "acceptance", "seed"}
+    known = set(inspect.signature(cls).parameters) - fixed
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or key not in known:
-            raise ValueError(f"--option {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+            raise ValueError(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
         options[key] = _value(value)
     return options
+
+
+def parse_options(items: list[str]) -> dict:
+    """``KEY=VALUE`` settings of FastestOfN."""
+    return _keyword_settings(items, "--option", FastestOfN, {"methods", "cost", "max_window", "acceptance", "seed"})
 
 
 def parse_drafter_options(items: list[str]) -> dict[str, dict]:
@@ -96,18 +101,9 @@ def parse_drafter_options(items: list[str]) -> dict[str, dict]:
 def parse_learned_options(items: list[str]) -> dict:
     """``KEY=VALUE`` settings of the learned drafter (its constructor's arguments: layers, vocab,
     epochs, lr, max_train_s, buffer_tokens)."""
-    import inspect
-
     from specactor.drafters.learned import LearnedDrafter
 
-    known = set(inspect.signature(LearnedDrafter).parameters) - {"target", "max_slots", "max_len", "device"}
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--learned-option {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
-        options[key] = _value(value)
-    return options
+    return _keyword_settings(items, "--learned-option", LearnedDrafter, {"target", "max_slots", "max_len", "device"})
 
 
 def parse_sampling(text: str | None, rollouts: int) -> list[tuple[float, int]]:
