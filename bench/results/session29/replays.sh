@@ -16,3 +16,9 @@ for prof in $R/session29/profile_this_cpu.json $R/session17/gpu/profile_qwen2.5-
     --policies plain,geometric,clairvoyant,perfect --seeds 3 --out $O/learned16_$name.json > $O/learned16_$name.txt 2>&1
 done
 echo done > $O/done
+# added after the first pass: the same student drafting on the verifier's own GPU (its time adds to the step's)
+prof=$R/session17/gpu/profile_qwen2.5-7b_bfloat16.json
+python bench/replay_policy.py $FILES --profile $prof --learned $TRAIN --sampling 1:8,1:7 --learned-on-verifier \
+  --learned-option max_train_s=None --learned-option buffer_tokens=1000000000 \
+  --policies plain,geometric,clairvoyant --seeds 3 --out $O/learned16_onverifier_qwen2.5-7b_bfloat16.json \
+  > $O/learned16_onverifier_qwen2.5-7b_bfloat16.txt 2>&1
