@@ -125,17 +125,17 @@ def parse_sampling(text: str | None, rollouts: int) -> list[tuple[float, int]]:
 
 
 def learned_settings(args: argparse.Namespace, settings: ReplaySettings, sampling: list[tuple[float, int]],
-                     rows_of: dict[str, list[dict]]) -> tuple[dict[str, ReplaySettings], dict]:
+                     rows_of: dict[str, list[dict]], options: dict) -> tuple[dict[str, ReplaySettings], dict]:
     """Train the learned drafter on ``--learned`` and give each rollout settings that replay its
     predictions there (``rows_of``: each replayed rollout's rows); also what it trained on and its
-    one-token hit rate on each rollout."""
+    one-token hit rate on each rollout. ``options``: the student's settings (``--learned-option``)."""
     from dataclasses import asdict, replace
 
     from specactor.drafters.learned import LearnedDrafter
     from specactor.models import resolve_model
     from specactor.verifier.weights import load_causal_lm
 
-    drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)), **parse_learned_options(args.learned_option))
+    drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)), **options)
     paths = [path for path in args.learned.split(",") if path]
     train = [row for path in paths for row in load_rollout(path)]
     trained = replay_learned.train_on_rollouts(drafter, train)
@@ -223,7 +223,7 @@ def main() -> None:
             settings.cost.draft[LEARNED] = replay_learned.learned_draft_cost(settings.cost, args.learned_cost)
         for name in names:
             make_policy(name, settings)
-        parse_learned_options(args.learned_option)
+        learned_options = parse_learned_options(args.learned_option)
         rows_of = {path: load_rollout(path) for path in args.rollouts}
         rollouts = {path: samples_of(rows) for path, rows in rows_of.items()}
     except (ValueError, OSError) as exc:
@@ -234,7 +234,7 @@ def main() -> None:
                     "command": "python bench/replay_policy.py " + " ".join(sys.argv[1:]), "rollouts": {}}
     per_rollout = {path: settings for path in rollouts}
     if args.learned:
-        per_rollout, report["learned"] = learned_settings(args, settings, sampling, rows_of)
+        per_rollout, report["learned"] = learned_settings(args, settings, sampling, rows_of, learned_options)
     # what the policy is told of each rollout: its max_tokens and whether it decoded greedily (--sampling's
     # temperatures, else what its rows show)
     temperatures = [t for t, _ in sampling] or [None] * len(rollouts)
