@@ -57,9 +57,12 @@ def draft_acceptance(predictions: dict[str, list[int]], rows: list[dict], k: int
 def parse_eval(item: str) -> tuple[str, float, int]:
     path, sep, rest = item.partition(":")
     t, sep2, seed = rest.partition(":")
-    if not (sep and sep2):
-        raise SystemExit(f"--eval {item!r}: expected FILE:T:SEED, e.g. rollout.jsonl:1:8")
-    return path, float(t), int(seed)
+    try:
+        if not (sep and sep2):
+            raise ValueError
+        return path, float(t), int(seed)
+    except ValueError:
+        raise SystemExit(f"--eval {item!r}: expected FILE:T:SEED, e.g. rollout.jsonl:1:8") from None
 
 
 def main() -> None:
@@ -82,14 +85,20 @@ def main() -> None:
     train_paths = [p for p in args.train.split(",") if p]
     evals = [parse_eval(item) for item in args.eval.split(",") if item]
     if args.sizes:
-        sizes = sorted({int(s) for s in args.sizes.split(",")})
+        try:
+            sizes = sorted({int(s) for s in args.sizes.split(",") if s})
+        except ValueError:
+            raise SystemExit(f"--sizes {args.sizes!r}: expected whole numbers, e.g. 1,2,4") from None
     else:
         sizes = sorted({*[2 ** i for i in range(len(train_paths).bit_length()) if 2 ** i <= len(train_paths)],
                         len(train_paths)})
     if not sizes or sizes[0] < 1 or sizes[-1] > len(train_paths):
         raise SystemExit(f"--sizes must lie in 1..{len(train_paths)} (the --train files), got {sizes}")
-    train_rows = [load_rollout(p) for p in train_paths]
-    eval_rows = {path: load_rollout(path) for path, _, _ in evals}
+    try:
+        train_rows = [load_rollout(p) for p in train_paths]
+        eval_rows = {path: load_rollout(path) for path, _, _ in evals}
+    except (ValueError, OSError) as exc:  # load_rollout names the file and what is wrong with it
+        raise SystemExit(f"learned_drafter_data.py: {exc}") from None
     target = load_causal_lm(resolve_model(args.model))
 
     results = []
