@@ -91,7 +91,7 @@ def stock_worker(args: argparse.Namespace) -> dict:
     prompts, eos = _workload(args)
     spec = STOCK_SPECULATION[args.worker]
     folder = str(resolve_model(None))
-    llm = LLMEngine.from_engine_args(EngineArgs(model=folder, tokenizer=folder, dtype="float32", enforce_eager=True,
+    llm = LLMEngine.from_engine_args(EngineArgs(model=folder, tokenizer=folder, dtype=args.dtype, enforce_eager=True,
                                                 max_model_len=1024, max_num_seqs=len(prompts) * args.n, seed=0,
                                                 # a chunked prefill of a seeded request crashes vLLM 0.32 on
                                                 # CPU ("CPU Generator does not use offset"): never chunk
@@ -126,7 +126,7 @@ def run_stock(mode: str, args: argparse.Namespace) -> dict:
     ``args``' workload (prompts, n, max_tokens, temperature, unseeded): its summary and its token ids
     per sample (``token_ids``)."""
     proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--prompts", str(args.prompts),
-                           "--n", str(args.n), "--max-tokens", str(args.max_tokens),
+                           "--n", str(args.n), "--max-tokens", str(args.max_tokens), "--dtype", args.dtype,
                            "--temperature", str(args.temperature)] + ["--unseeded"] * args.unseeded,
                           capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -153,7 +153,7 @@ async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict
     speculative = mode.endswith("specactor")
     config = EngineConfig(backend=backend, mode="specactor" if speculative else "autoregressive",
                           drafters=["ngram", "suffix"], max_batch=len(prompts) * args.n, max_len=1024,
-                          window=args.window)
+                          window=args.window, dtype=args.dtype)
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=7, n=args.n)
     ids = [f"p{i}" for i in range(len(prompts))]
     async with RolloutEngine(config) as engine:
@@ -197,7 +197,9 @@ def _medians(repeats: list[dict[str, dict]]) -> dict[str, dict]:
 
 
 def _replayed(args: argparse.Namespace, keyed_tokens: dict[str, list[int]], keyed_s: float) -> dict:
-    """The policy and clairvoyant drafts replayed on vllm+keyed's samples, on vLLM's cost profile."""
+    """The policy and clairvoyant drafts replayed on vllm+keyed's samples, on vLLM's cost profile,
+    and a perfect drafter's makespan (every draft token right, drafting free) on the same lengths."""
+    from specactor.bench.ceilings import ceilings
     from specactor.bench.replay_runs import replay_ceilings
     from specactor.bench.suite import ceiling_cost
     from specactor.config import EngineConfig
@@ -205,16 +207,19 @@ def _replayed(args: argparse.Namespace, keyed_tokens: dict[str, list[int]], keye
 
     prompts, _ = _workload(args)
     samples = [(rid, prompts[int(rid.split("#")[0][1:])], tokens) for rid, tokens in keyed_tokens.items()]
-    cost = ceiling_cost(EngineConfig(backend="vllm"))
+    cost = ceiling_cost(EngineConfig(backend="vllm", dtype=args.dtype))
+    window = args.window or DEFAULT_WINDOW
+    lengths = [len(tokens) for _, _, tokens in samples]
+    perfect = ceilings(lengths, [{}] * len(lengths), cost, keyed_s, max_window=window)["perfect"]
     return {"profile": Path(cost.source).name if cost.source != "packaged" else "packaged",
-            **replay_ceilings(samples, ["ngram", "suffix"], cost, keyed_s, args.window or DEFAULT_WINDOW)}
+            **replay_ceilings(samples, ["ngram", "suffix"], cost, keyed_s, window), "perfect": perfect}
 
 
 def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]], replayed: dict | None = None) -> None:
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
                     "vllm": version, "command": "python bench/vllm_backend.py " + " ".join(sys.argv[1:]),
                     "workload": {"prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens,
-                                 "temperature": args.temperature, "window": args.window},
+                                 "temperature": args.temperature, "window": args.window, "dtype": args.dtype},
                     "runs": repeats[0] if len(repeats) == 1 else _medians(repeats)}
     if len(repeats) > 1:
         report["repeats"] = repeats
@@ -241,6 +246,8 @@ def main() -> None:
                         help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
                         help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the model's precision in every mode (vLLM's and specactor's)")
     parser.add_argument("--unseeded", action="store_true",
                         help="stock vLLM modes: requests without a per-request seed (vLLM's own generator)")
     parser.add_argument("--out", default="bench/results/vllm_backend.json", help="where the JSON of every run goes")
@@ -284,7 +291,8 @@ def main() -> None:
         got = _replayed(args, keyed, statistics.median(r["vllm+keyed"]["makespan_s"] for r in repeats))
         print(f"replayed on vllm+keyed's tokens ({got['profile']}): policy {got['policy']['makespan_s']:.2f} s "
               f"({got['policy']['speedup']:.2f}x), clairvoyant drafts {got['clairvoyant']['makespan_s']:.2f} s "
-              f"({got['clairvoyant']['speedup']:.2f}x)", flush=True)
+              f"({got['clairvoyant']['speedup']:.2f}x), perfect drafter {got['perfect']['makespan_s']:.2f} s "
+              f"({got['perfect']['speedup']:.2f}x)", flush=True)
         _write(args, version, repeats, got)
     print(f"wrote {args.out}")
 

@@ -21,6 +21,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import msgspec
+
 from specactor import RolloutClient, SamplingParams
 
 
@@ -34,19 +36,43 @@ class TokenOutput:
     stop_reason: str  # "stop" (EOS or a stop token), "length", "abort" or "error"
 
 
-async def agent_loop(client: RolloutClient, prompt_ids: list[int], request_id: str,
-                     params: SamplingParams) -> TokenOutput:
+class RolloutServer:
+    """What a verl job puts where its vLLM rollout server stands: ``generate`` takes one request,
+    with verl's sampling parameters as a dict, and answers with a :class:`TokenOutput`; the trainer
+    pushes each step's weights through ``update_weights``."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 600) -> None:
+        self.client = RolloutClient(endpoint, timeout_s=timeout_s)
+
+    async def __aenter__(self) -> "RolloutServer":
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.__aexit__(*exc)
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict, request_id: str) -> TokenOutput:
+        result = await self.client.generate(prompt_ids, SamplingParams(**sampling_params), request_id=request_id)
+        return TokenOutput(result.request_id, list(result.token_ids), list(result.logprobs), str(result.finish_reason))
+
+    async def update_weights(self, state_dict: dict, step: int) -> None:
+        """The trainer's new weights; every result after this carries ``policy_version == step``."""
+        await self.client.update_weights(state_dict, version=step)
+
+
+async def agent_loop(server: RolloutServer, prompt_ids: list[int], request_id: str,
+                     sampling_params: dict) -> TokenOutput:
     """One sample of one prompt: a single request, awaited on its own."""
-    result = await client.generate(prompt_ids, params, request_id=request_id)
-    return TokenOutput(result.request_id, list(result.token_ids), list(result.logprobs), str(result.finish_reason))
+    return await server.generate(prompt_ids, sampling_params, request_id)
 
 
 async def rollout(endpoint: str, prompts: list[list[int]], n: int, params: SamplingParams,
                   on_done=None) -> list[TokenOutput]:
     """A GRPO batch: ``n`` concurrent single requests per prompt; outputs in (prompt, sample) order."""
-    async with RolloutClient(endpoint, timeout_s=600) as client:
+    sampling_params = msgspec.structs.asdict(params)  # verl hands its servers a plain dict
+    async with RolloutServer(endpoint) as server:
         ids = [f"{uuid.uuid4().hex[:12]}-p{i}-s{s}" for i in range(len(prompts)) for s in range(n)]
-        tasks = {rid: asyncio.create_task(agent_loop(client, prompts[k // n], rid, params))
+        tasks = {rid: asyncio.create_task(agent_loop(server, prompts[k // n], rid, sampling_params))
                  for k, rid in enumerate(ids)}
         for done in asyncio.as_completed(tasks.values()):
             out = await done

@@ -62,6 +62,13 @@ if [[ "$with_vllm" == 1 ]]; then
     # `import vllm` fails while they are there; specactor uses none of them
     "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   fi
+  # the vLLM tests skip where vLLM is absent: a vLLM that installed but does not import must fail
+  # the set-up here, not pass the test suite with those tests skipped
+  if ! "$venv/bin/python" -c "import vllm" >/dev/null 2>&1; then
+    echo "specactor setup: $vllm_pkg==$vllm_version is installed but \`import vllm\` fails:" >&2
+    "$venv/bin/python" -c "import vllm" 2>&1 | tail -5 >&2 || true
+    exit 1
+  fi
 fi
 if [[ "$with_suffix" == 1 ]] && ! "$venv/bin/python" -c "import arctic_inference.suffix_decoding" 2>/dev/null; then
   # Only a source distribution is on the index. Its build needs torch (the one installed above,

@@ -115,3 +115,12 @@ async def test_the_verl_style_example_runs_many_concurrent_single_requests(
             ref = await engine.generate(prompt, SamplingParams(max_tokens=TOKENS), request_id=out.request_id)
             assert out.token_ids == ref.token_ids and out.stop_reason == ref.finish_reason
             assert out.log_probs == pytest.approx(ref.logprobs, abs=1e-4)
+    # the trainer's side of the example's server: a weight push, after which results carry its step
+    from specactor.weight_update import read_checkpoint
+
+    async with example.RolloutServer(daemon.endpoint) as server:
+        await server.update_weights(read_checkpoint(tiny_checkpoint), step=3)
+    async with RolloutClient(daemon.endpoint, timeout_s=120) as client:
+        assert (await client.health())["policy_version"] == 3
+        after = await client.generate(PROMPT, SamplingParams(max_tokens=TOKENS), request_id=outputs[0].request_id)
+    assert after.policy_version == 3 and after.token_ids == outputs[0].token_ids  # the same weights, pushed again
