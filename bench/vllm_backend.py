@@ -20,17 +20,19 @@ set by EOS up to ``--max-tokens``):
 
 Per mode: makespan, tokens/s, drafted/accepted, the time after half the samples finished (the
 tail), and whether its samples equal those of the mode it must match (``vllm+specactor`` against
-``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor`` and
-``vllm+ngram``, ``vllm+suffix`` against stock ``vllm``, where only numerics can make greedy samples differ). Stock vLLM samples with its own random
-streams, so its lengths, and so its makespan, differ from the keyed modes': compare its tokens/s.
+``vllm+keyed``; ``torch+specactor`` against ``torch``; at T=0 also ``vllm+specactor``,
+``vllm+keyed``, ``vllm+ngram``, ``vllm+suffix`` against stock ``vllm``, where only numerics can make
+greedy samples differ). Stock vLLM samples with its own random streams, so its lengths, and so its
+makespan, differ from the keyed modes': compare its tokens/s.
 With ``--repeats R`` the modes run R times, interleaved, every second time in reverse order (this
 machine's speed drifts within minutes, and a run's speed depends on the one before it):
 each pair's ratio is taken within a repeat, and the report gives every repeat and the medians.
 The specactor modes decide on this machine's cost profile of their backend (measured once at
 start-up, outside the timed part, and cached). Where ``vllm+keyed`` ran, the report adds its
 ceilings: the policy and clairvoyant drafts replayed on its tokens with vLLM's cost profile
-(``replayed``; :func:`specactor.bench.replay_runs.replay_ceilings`), calibrated to its median
-makespan.
+(``replayed``; :func:`specactor.bench.replay_runs.replay_ceilings`), and a perfect drafter on its
+sample lengths (:func:`specactor.bench.ceilings.ceilings`), at the specactor mode's own window and
+calibrated to its median makespan.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def _compare(runs: dict[str, dict], tokens: dict[str, dict[str, list[int]]], tem
     # stock vLLM samples differently at T > 0; at T = 0 both are greedy and only numerics can differ
     pairs = [("vllm+specactor", "vllm+keyed"), ("torch+specactor", "torch")]
     if temperature == 0:
-        pairs += [("vllm+specactor", "vllm"), ("vllm+ngram", "vllm"), ("vllm+suffix", "vllm")]
+        pairs += [("vllm+specactor", "vllm"), ("vllm+keyed", "vllm"), ("vllm+ngram", "vllm"), ("vllm+suffix", "vllm")]
     for fast, plain in pairs:
         if fast in tokens and plain in tokens:
             runs[fast]["differing_from_" + plain] = sum(tokens[fast][k] != tokens[plain][k] for k in tokens[plain])
@@ -203,12 +205,12 @@ def _replayed(args: argparse.Namespace, keyed_tokens: dict[str, list[int]], keye
     from specactor.bench.replay_runs import replay_ceilings
     from specactor.bench.suite import ceiling_cost
     from specactor.config import EngineConfig
-    from specactor.drafters.base import DEFAULT_WINDOW
 
     prompts, _ = _workload(args)
     samples = [(rid, prompts[int(rid.split("#")[0][1:])], tokens) for rid, tokens in keyed_tokens.items()]
-    cost = ceiling_cost(EngineConfig(backend="vllm", dtype=args.dtype))
-    window = args.window or DEFAULT_WINDOW
+    engine = EngineConfig(backend="vllm", dtype=args.dtype, window=args.window)
+    cost = ceiling_cost(engine)
+    window = engine.max_window  # the specactor mode's own (8 on vLLM unless --window): its profile's chunks
     lengths = [len(tokens) for _, _, tokens in samples]
     perfect = ceilings(lengths, [{}] * len(lengths), cost, keyed_s, max_window=window)["perfect"]
     return {"profile": Path(cost.source).name if cost.source != "packaged" else "packaged",

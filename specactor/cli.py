@@ -169,7 +169,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
         "first 2 prompts, one sample at a time), coupled ngram, coupled suffix, specactor+learned (the "
         "learned drafter beside ngram and suffix: it trains on each epoch's rollouts once the verifier has no "
         "request left, so it drafts from epoch 2 on; on the CPU its process takes one core from the verifier), vllm (stock "
-        "vLLM, on a GPU or its CPU build). "
+        "vLLM, on a GPU or its CPU build). vLLM's own speculative methods (its ngram and suffix decoding) beside "
+        "specactor on vLLM: python bench/vllm_backend.py. "
         "Writes suite.json, suite.md and suite.png to --out, and runs.jsonl as it goes (one line per finished run; "
         "suite.* also after each temperature but the last, so a bench stopped part-way keeps what it finished).",
         formatter_class=HelpFormatter,

@@ -83,7 +83,7 @@ class VllmEngine(ServesToCompletion):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gb))
         # vLLM's CPU worker runs on one thread unless OMP_NUM_THREADS says otherwise
         os.environ.setdefault("OMP_NUM_THREADS", str(threads or os.cpu_count() or 1))
-        from specactor.vllm_backend import patch  # noqa: F401  (installs the sampling rule)
+        from specactor.vllm_backend import patch  # installs the sampling rule; holds the scheduler
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
@@ -97,7 +97,7 @@ class VllmEngine(ServesToCompletion):
                                 "num_speculative_tokens": max_draft},
             scheduler_cls="specactor.vllm_backend.patch.SpecActorScheduler")
         self.llm = LLMEngine.from_engine_args(args)
-        self.scheduler = self.llm.engine_core.engine_core.scheduler
+        self.scheduler = patch.SpecActorScheduler.of(self.llm)
         self.model = VllmModel(self.llm, self.folder)
         self.vocab_size = self.model.cfg.vocab_size
         self.max_batch, self.max_draft, self.dtype, self.device = max_batch, max_draft, dtype, device

@@ -79,6 +79,16 @@ class SpecActorScheduler(Scheduler):
         self.scheduled_drafts = {rid: list(t) for rid, t in output.scheduled_spec_decode_tokens.items()}
         return output
 
+    @staticmethod
+    def of(llm: Any) -> "SpecActorScheduler":
+        """The scheduler of an in-process ``LLMEngine`` built with this class (vLLM keeps it on
+        its engine core, which has no public accessor)."""
+        scheduler = llm.engine_core.engine_core.scheduler
+        if not isinstance(scheduler, SpecActorScheduler):
+            raise RuntimeError(f"the engine's scheduler is {type(scheduler).__name__}, not SpecActorScheduler: "
+                               "build it with scheduler_cls='specactor.vllm_backend.patch.SpecActorScheduler'")
+        return scheduler
+
 
 def position_keyed_sample(self: GPUModelRunner, logits: torch.Tensor | None, spec_decode_metadata: Any) -> Any:
     """Replaces ``GPUModelRunner._sample``: specactor's sampling rule on every row."""

@@ -60,8 +60,10 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     if not batch_sizes or not chunk_lens or repeats < 1:
         raise ValueError(f"nothing to measure: batch sizes {batch_sizes} (max_batch {engine.max_batch}), "
                          f"chunk lengths {chunk_lens} (max_draft {engine.max_draft}), repeats {repeats}")
-    # every timed step may commit a whole chunk (should a draft be right), three timings a chunk
-    steps_needed = (repeats + 1) * len(chunk_lens) * 3 * max(chunk_lens) + 2
+    # a timed step commits one token a row (its drafts are tokens no model picks there, so rejected),
+    # three timings a chunk; room for one accepted chunk besides, should a draft be right by chance, and
+    # for the prefill's token. A row that commits more leaves its batch at max_tokens: fewer rows timed.
+    steps_needed = (repeats + 1) * len(chunk_lens) * 3 + max(chunk_lens) + 2
     room = engine.cache.max_len - steps_needed
     if room < MIN_CONTEXT:
         raise EngineTooShort(f"{steps_needed} measured tokens after a context of at least {MIN_CONTEXT} exceed "
@@ -70,7 +72,7 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     context = min(context, room)
     vocab = engine.vocab_size
     gen = torch.Generator().manual_seed(0)
-    params = SamplingParams(temperature=0.0, max_tokens=steps_needed)
+    params = SamplingParams(temperature=0.0, max_tokens=engine.cache.max_len - context)  # all the slack there is
     started = time.perf_counter()
     forward: list[list[float]] = []
     one: list[list[float]] = []

@@ -56,9 +56,15 @@ def test_an_engine_sized_for_short_samples_is_profiled_at_a_shorter_context(setu
     (its 256 tokens of context and its measured steps did not, and the verifier failed to start)."""
     vllm, _, _ = setup
     chunks = grid_for(vllm.max_draft).chunk_lens
-    steps = 5 * len(chunks) * 3 * max(chunks) + 2  # 4 repeats and a warm-up, three timings a chunk
-    profile = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=4)
+    # 20 repeats and a warm-up, three timings a chunk, a token each; one chunk's slack and the prefill's
+    steps = 21 * len(chunks) * 3 + max(chunks) + 2
+    profile = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=20)
     assert profile["context"] == min(256, vllm.cache.max_len - steps) < 256
     assert not vllm.has_work
+    # the start-up grid (2 repeats) takes 56 tokens beside its context: this 512-token engine measures
+    # it at the full 256 (room for every draft to be right, 407 tokens, left 105), and one sized for
+    # 64-token samples has room for it
+    quick = measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=2)
+    assert quick["context"] == 256 and not vllm.has_work
     with pytest.raises(ValueError, match=f"exceed max_len {vllm.cache.max_len}"):
         measure_vllm(vllm, batch_sizes=(1,), chunk_lens=chunks, context=256, repeats=40)
