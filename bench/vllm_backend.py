@@ -208,12 +208,17 @@ def _replayed(args: argparse.Namespace, keyed_tokens: dict[str, list[int]], keye
 
     prompts, _ = _workload(args)
     samples = [(rid, prompts[int(rid.split("#")[0][1:])], tokens) for rid, tokens in keyed_tokens.items()]
-    engine = EngineConfig(backend="vllm", dtype=args.dtype, window=args.window)
-    cost = ceiling_cost(engine)
-    window = engine.max_window  # the specactor mode's own (8 on vLLM unless --window): its profile's chunks
+    config = EngineConfig(backend="vllm", dtype=args.dtype, window=args.window)
+    cost = ceiling_cost(config)
+    window = config.max_window  # the specactor mode's own (8 on vLLM unless --window): its profile's chunks
+    if max(cost.chunk_lens) < window + 1:
+        print(f"warning: the profile times chunks up to {max(cost.chunk_lens)}, window {window} needs "
+              f"{window + 1}: the ceilings extrapolate", flush=True)
     lengths = [len(tokens) for _, _, tokens in samples]
     perfect = ceilings(lengths, [{}] * len(lengths), cost, keyed_s, max_window=window)["perfect"]
-    return {"profile": Path(cost.source).name if cost.source != "packaged" else "packaged",
+    profile = "packaged" if cost.source == "packaged" else Path(cost.source).name
+    measured = {} if cost.source == "packaged" else json.loads(Path(cost.source).read_text())
+    return {"profile": profile, "profile_date": measured.get("date"), "profile_chunk_lens": cost.chunk_lens,
             **replay_ceilings(samples, ["ngram", "suffix"], cost, keyed_s, window), "perfect": perfect}
 
 

@@ -21,8 +21,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import msgspec
-
 from specactor import RolloutClient, SamplingParams
 
 
@@ -36,13 +34,36 @@ class TokenOutput:
     stop_reason: str  # "stop" (EOS or a stop token), "length", "abort" or "error"
 
 
+def sampling_params_from_verl(params: dict, max_tokens: int) -> SamplingParams:
+    """verl's sampling dict as specactor's SamplingParams. verl sends ``temperature``, ``top_p``,
+    ``top_k`` (-1: off), ``repetition_penalty`` and ``logprobs``, and sizes the response itself
+    (``max_tokens`` where it sends one, else the server's ``response_length``). specactor returns the
+    log-prob of every sampled token and samples without penalties: a penalty other than 1.0, or a key
+    it does not know, is an error naming it rather than a silently different sampler."""
+    known = {"temperature", "top_p", "top_k", "max_tokens", "seed", "repetition_penalty", "logprobs", "n"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"sampling parameters specactor does not take: {', '.join(unknown)}")
+    if float(params.get("repetition_penalty", 1.0)) != 1.0:
+        raise ValueError(f"repetition_penalty {params['repetition_penalty']}: specactor samples the model's own "
+                         "distribution (RL needs the policy's log-probs), so only 1.0")
+    if int(params.get("n", 1)) != 1:
+        raise ValueError("n: verl sends one request per sample; give each its own request_id")
+    top_k = int(params.get("top_k", 0) or 0)
+    return SamplingParams(temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+                          top_k=max(top_k, 0), max_tokens=int(params.get("max_tokens", max_tokens)),
+                          seed=params.get("seed"))
+
+
 class RolloutServer:
     """What a verl job puts where its vLLM rollout server stands: ``generate`` takes one request,
     with verl's sampling parameters as a dict, and answers with a :class:`TokenOutput`; the trainer
-    pushes each step's weights through ``update_weights``."""
+    pushes each step's weights through ``update_weights``. ``response_length`` is verl's cap on a
+    response, used where the dict carries no ``max_tokens``."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 600) -> None:
+    def __init__(self, endpoint: str, response_length: int = 768, timeout_s: float = 600) -> None:
         self.client = RolloutClient(endpoint, timeout_s=timeout_s)
+        self.response_length = response_length
 
     async def __aenter__(self) -> "RolloutServer":
         await self.client.__aenter__()
@@ -52,7 +73,8 @@ class RolloutServer:
         await self.client.__aexit__(*exc)
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict, request_id: str) -> TokenOutput:
-        result = await self.client.generate(prompt_ids, SamplingParams(**sampling_params), request_id=request_id)
+        params = sampling_params_from_verl(sampling_params, self.response_length)
+        result = await self.client.generate(prompt_ids, params, request_id=request_id)
         return TokenOutput(result.request_id, list(result.token_ids), list(result.logprobs), str(result.finish_reason))
 
     async def update_weights(self, state_dict: dict, step: int) -> None:
@@ -69,8 +91,12 @@ async def agent_loop(server: RolloutServer, prompt_ids: list[int], request_id: s
 async def rollout(endpoint: str, prompts: list[list[int]], n: int, params: SamplingParams,
                   on_done=None) -> list[TokenOutput]:
     """A GRPO batch: ``n`` concurrent single requests per prompt; outputs in (prompt, sample) order."""
-    sampling_params = msgspec.structs.asdict(params)  # verl hands its servers a plain dict
-    async with RolloutServer(endpoint) as server:
+    # verl hands its servers a plain dict (no max_tokens: the server's response_length caps it)
+    sampling_params = {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k or -1,
+                       "repetition_penalty": 1.0, "logprobs": True}
+    if params.seed is not None:
+        sampling_params["seed"] = params.seed
+    async with RolloutServer(endpoint, response_length=params.max_tokens) as server:
         ids = [f"{uuid.uuid4().hex[:12]}-p{i}-s{s}" for i in range(len(prompts)) for s in range(n)]
         tasks = {rid: asyncio.create_task(agent_loop(server, prompts[k // n], rid, sampling_params))
                  for k, rid in enumerate(ids)}

@@ -83,7 +83,11 @@ class SpecActorScheduler(Scheduler):
     def of(llm: Any) -> "SpecActorScheduler":
         """The scheduler of an in-process ``LLMEngine`` built with this class (vLLM keeps it on
         its engine core, which has no public accessor)."""
-        scheduler = llm.engine_core.engine_core.scheduler
+        core = getattr(llm.engine_core, "engine_core", None)
+        if core is None:  # a client of an engine-core process: its scheduler is in that process
+            raise RuntimeError("vLLM's engine core runs in another process: set VLLM_ENABLE_V1_MULTIPROCESSING=0 "
+                               "before building the engine (VllmEngine does)")
+        scheduler = core.scheduler
         if not isinstance(scheduler, SpecActorScheduler):
             raise RuntimeError(f"the engine's scheduler is {type(scheduler).__name__}, not SpecActorScheduler: "
                                "build it with scheduler_cls='specactor.vllm_backend.patch.SpecActorScheduler'")

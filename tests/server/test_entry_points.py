@@ -115,6 +115,15 @@ async def test_the_verl_style_example_runs_many_concurrent_single_requests(
             ref = await engine.generate(prompt, SamplingParams(max_tokens=TOKENS), request_id=out.request_id)
             assert out.token_ids == ref.token_ids and out.stop_reason == ref.finish_reason
             assert out.log_probs == pytest.approx(ref.logprobs, abs=1e-4)
+    # verl's dict as verl sends it (top_k -1, a neutral penalty, logprobs, no max_tokens) maps onto the
+    # same sampler; anything that would change the sampler is refused, naming it
+    params = example.sampling_params_from_verl({"temperature": 0.7, "top_p": 1.0, "top_k": -1,
+                                                "repetition_penalty": 1.0, "logprobs": 1}, 64)
+    assert (params.temperature, params.top_k, params.max_tokens) == (0.7, 0, 64)
+    with pytest.raises(ValueError, match="repetition_penalty 1.1"):
+        example.sampling_params_from_verl({"repetition_penalty": 1.1}, 64)
+    with pytest.raises(ValueError, match="does not take: min_p"):
+        example.sampling_params_from_verl({"min_p": 0.1}, 64)
     # the trainer's side of the example's server: a weight push, after which results carry its step
     from specactor.weight_update import read_checkpoint
 

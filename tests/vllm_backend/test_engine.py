@@ -63,6 +63,20 @@ def test_greedy_tokens_with_drafts_are_stock_vllms_without_speculation(setup, se
     assert {s.request_id: s.output_ids for s in got} == stock
 
 
+def test_the_scheduler_is_found_only_where_the_patch_put_it() -> None:
+    """VllmEngine reaches vLLM's scheduler through the patch module: an engine core in another
+    process, or an engine built without specactor's scheduler, is an error saying what to change."""
+    from types import SimpleNamespace
+
+    from specactor.vllm_backend.patch import SpecActorScheduler
+
+    with pytest.raises(RuntimeError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
+        SpecActorScheduler.of(SimpleNamespace(engine_core=SimpleNamespace()))
+    stock = SimpleNamespace(engine_core=SimpleNamespace(engine_core=SimpleNamespace(scheduler=object())))
+    with pytest.raises(RuntimeError, match="scheduler is object, not SpecActorScheduler"):
+        SpecActorScheduler.of(stock)
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 2**31),
        garbage=st.lists(st.integers(0, 49151), min_size=1, max_size=4), truth_share=st.floats(0, 1))
