@@ -52,7 +52,8 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     ``chunk_lens``; return the profile :class:`~specactor.policy.cost_model.CostModel` reads.
     Batch sizes above the engine's ``max_batch`` and chunks above its ``max_draft + 1`` are left out;
     ``context`` shrinks to what the engine's ``max_len`` leaves beside the measured steps (the profile
-    says which), and :class:`EngineTooShort` is raised where not even ``MIN_CONTEXT`` is left."""
+    says which), and :class:`EngineTooShort` is raised where not even ``MIN_CONTEXT`` is left. A batch
+    size whose rows reached their token limit while timed is left out (the profile says ``partial``)."""
     if engine.has_work:
         raise ValueError("measure_vllm needs an idle engine: it would time other requests' steps too")
     batch_sizes = sorted({int(b) for b in batch_sizes if 1 <= int(b) <= engine.max_batch})
@@ -98,6 +99,7 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
                 break
             seqs = [Sequence(f"profile-{b}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(),
                              params, seed=i) for i in range(b)]
+            short = False
             try:
                 for seq in seqs:
                     engine.add(seq)
@@ -114,9 +116,15 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
                     if progress is not None:
                         progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
                                  f"  half the rows {h * 1000:8.1f} ms")
+                short = any(s.finished for s in seqs)  # a row reached its limit: later cells timed fewer rows
             finally:
                 for seq in seqs:
                     engine.abort(seq.request_id)
+            if short:  # its drafts were accepted by chance more than the slack allows: leave this batch out
+                partial = True
+                if progress is not None:
+                    progress(f"vLLM B={b:3d}: a row reached its token limit while timed; batch size left out")
+                continue
             forward.append(f_row)
             one.append(o_row)
             half.append(h_row)
