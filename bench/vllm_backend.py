@@ -47,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 
+from specactor.config import DTYPES
+
 MODES = ("vllm", "vllm+ngram", "vllm+suffix", "vllm+keyed", "vllm+specactor", "torch", "torch+specactor")
 # stock vLLM, each in its own unpatched process, with its own speculative method or none
 STOCK_SPECULATION: dict[str, dict | None] = {
@@ -253,7 +255,7 @@ def main() -> None:
                         help="run every mode this many times, interleaved; every second time in reverse order")
     parser.add_argument("--window", type=int, default=None,
                         help="specactor's longest window (vLLM's num_speculative_tokens; default: EngineConfig's)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+    parser.add_argument("--dtype", default="float32", choices=DTYPES,
                         help="the model's precision in every mode (vLLM's and specactor's)")
     parser.add_argument("--unseeded", action="store_true",
                         help="stock vLLM modes: requests without a per-request seed (vLLM's own generator)")

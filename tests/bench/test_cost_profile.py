@@ -3,7 +3,6 @@ of a named shape (what a GPU profile of a 7B or 32B target is made of, without a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,15 +12,13 @@ import pytest
 import torch
 
 from specactor.policy.cost_model import CostModel
+from tests.scripts import load_script
 
 SCRIPT = Path(__file__).parents[2] / "bench" / "cost_profile.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("cost_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/cost_profile.py")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

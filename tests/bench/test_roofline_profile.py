@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from specactor.policy.cost_model import CostModel
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).parents[2] / "bench" / "roofline_profile.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("roofline_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/roofline_profile.py")
 
 
 def test_a_7b_model_on_an_h100_is_memory_bound_at_small_batch_and_compute_bound_at_large(tmp_path) -> None:

@@ -5,24 +5,16 @@ on the bf16 profile put a perfect drafter at 13x. No vLLM needed: the ceilings a
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from specactor.config import VLLM_WINDOW
+from tests.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    path = Path(__file__).resolve().parents[2] / "bench" / "vllm_backend.py"
-    spec = importlib.util.spec_from_file_location("vllm_backend_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/vllm_backend.py")
 
 
 def test_the_ceilings_are_replayed_at_the_window_the_specactor_mode_runs_at(script, session_cache,

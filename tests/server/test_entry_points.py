@@ -4,7 +4,6 @@ seconds). Each entry point runs a different mode: the tokens must not care."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 
 from specactor import EngineConfig, RolloutClient, RolloutEngine, SamplingParams
 from specactor.server.serve import DaemonProcess
+from tests.scripts import load_script
 
 PROMPT = [1, 9690, 198, 2683, 314, 3365]
 OTHER = [1, 9690, 198]
@@ -97,12 +97,7 @@ async def test_the_single_request_form_returns_one_result(tiny_checkpoint: Path,
 
 async def test_the_verl_style_example_runs_many_concurrent_single_requests(
         tiny_checkpoint: Path, daemon: DaemonProcess) -> None:
-    path = Path(__file__).parents[2] / "examples" / "verl_style.py"
-    spec = importlib.util.spec_from_file_location("verl_style", path)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = example  # dataclasses look their module up there
-    spec.loader.exec_module(example)
+    example = load_script("examples/verl_style.py")
     order: list[str] = []
     outputs = await example.rollout(daemon.endpoint, [PROMPT, OTHER], 3, SamplingParams(max_tokens=TOKENS),
                                     on_done=lambda out: order.append(out.request_id))

@@ -30,32 +30,22 @@ def test_without_drafts_the_tokens_are_our_engines(setup, temperature: float) ->
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
 
 
-def test_greedy_tokens_with_drafts_are_stock_vllms_without_speculation(setup, session_cache) -> None:
+def test_greedy_tokens_with_drafts_are_stock_vllms_without_speculation(setup, session_cache, monkeypatch) -> None:
     """At T=0 specactor-on-vLLM, drafts and all, gives the tokens of stock vLLM 0.32 run without
-    speculation (its own sampler, in its own unpatched process, as bench/vllm_backend.py's ``vllm``
-    mode runs it) on four HumanEval prompts x 128 tokens: the patch changes nothing greedy
-    decoding picks, and verifying drafts does not move vLLM's numerics onto other tokens."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    speculation (its own sampler, in its own unpatched process: bench/vllm_backend.py's ``vllm``
+    mode, run through that script) on four HumanEval prompts x 128 tokens: the patch changes nothing
+    greedy decoding picks, and verifying drafts does not move vLLM's numerics onto other tokens."""
+    import argparse
 
+    from tests.scripts import load_script
     from tests.vllm_backend.engine_runs import ngram_drafts
 
     vllm, _, _ = setup
-    bench = Path(__file__).resolve().parents[2] / "bench" / "vllm_backend.py"
-    proc = subprocess.run([sys.executable, str(bench), "--worker", "vllm", "--prompts", "4", "--n", "1",
-                           "--max-tokens", "128", "--temperature", "0"], capture_output=True, text=True,
-                          env={**os.environ, "SPECACTOR_CACHE": str(session_cache)}, timeout=600)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    assert line is not None, proc.stderr[-3000:]
-    stock = json.loads(line[len("RESULT "):])["token_ids"]
-    from specactor.prompts import humaneval_prompts
-    from specactor.tokenizer import Tokenizer
-
-    tok = Tokenizer(vllm.folder)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(4)]
+    bench = load_script("bench/vllm_backend.py")
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))  # the stock process finds the converted model
+    workload = argparse.Namespace(prompts=4, n=1, max_tokens=128, temperature=0.0, unseeded=False, dtype="float32")
+    stock = bench.run_stock("vllm", workload)["token_ids"]
+    prompts, _ = bench._workload(workload)
     seqs = [Sequence(f"p{i}#0", prompt, SamplingParams(temperature=0.0, max_tokens=128), seed=i)
             for i, prompt in enumerate(prompts)]
     got = _run(vllm, seqs, ngram_drafts)
