@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from specactor.models import resolve_model
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.model_registry import resolve_model
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.weights import load_causal_lm
 
 
 def main() -> None:

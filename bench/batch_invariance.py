@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from specactor.config import DTYPES, EngineConfig, check_device, torch_dtype
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
@@ -38,8 +38,9 @@ from specactor.tokenizer import Tokenizer
 def decode_engine(prompts: list[list[int]], ids: list[str], params: SamplingParams, batch: int,
                   max_len: int, dtype: str, device: str = "cpu") -> dict[str, list[int]]:
     """The autoregressive engine in this process at ``batch`` requests per step."""
-    from specactor.verifier.engine import Engine, sample_sequences
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.llm_engine import Engine
+    from specactor.engine.sequence import sample_sequences
+    from specactor.engine.weights import load_causal_lm
 
     folder = resolve_model(None)
     model = load_causal_lm(folder, dtype=torch_dtype(dtype), device=device)
@@ -51,7 +52,7 @@ def decode_engine(prompts: list[list[int]], ids: list[str], params: SamplingPara
 
 async def decode_specactor(prompts: list[list[int]], ids: list[str], params: SamplingParams, batch: int,
                            max_len: int, dtype: str, device: str = "cpu") -> dict[str, list[int]]:
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
 
     config = EngineConfig(mode="specactor", drafters=["ngram", "suffix"], max_batch=batch, max_len=max_len,
                           dtype=dtype, device=device)

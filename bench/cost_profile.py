@@ -3,7 +3,7 @@
     python bench/cost_profile.py [--model smollm2-135m] [--context 128] [--repeats 5]
     python bench/cost_profile.py --shape qwen2.5-7b --device cuda --dtype bfloat16 [--cuda-graphs] --out P.json
 
-A command line over :func:`specactor.policy.profiling.measure` (the engine
+A command line over :func:`specactor.engine.profiling.measure` (the engine
 measures a quick profile of its own at start-up and caches it; this one is
 the full grid, for RESULTS.md or for ``EngineConfig(profile=...)``). ``--shape``
 times randomly initialised weights of a named model's shape instead of a
@@ -19,7 +19,7 @@ the rows (B // 2) feed C tokens while the others decode. The
 weights are packed as the engine packs them. The median over ``--repeats``
 timed forwards is saved, together with the sampler's time for B*C rows at
 temperature 1. ``--cuda-graphs`` times the steps as the engine runs them on a GPU by default
-(padded to its graph buckets and replayed: :mod:`specactor.verifier.cuda_graphs`); without it,
+(padded to its graph buckets and replayed: :mod:`specactor.engine.cuda_graphs`); without it,
 eager forwards. On a CPU it times the padded steps uncaptured.
 
 Output (bench/results/cost_profile.json), the format the policy's cost model
@@ -41,11 +41,11 @@ import torch
 
 from specactor.bench.model_shapes import SHAPES, hf_config
 from specactor.config import DTYPES, check_device, torch_dtype
-from specactor.models import resolve_model
-from specactor.policy.profiling import measure, write_profile
-from specactor.verifier.config import ModelConfig
-from specactor.verifier.model import CausalLM
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.model_registry import resolve_model
+from specactor.engine.profiling import measure, write_profile
+from specactor.engine.config import ModelConfig
+from specactor.engine.model import CausalLM
+from specactor.engine.weights import load_causal_lm
 
 
 def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.server.hos
 
 from specactor import RolloutClient, SamplingParams  # noqa: E402
 from specactor.prompts import humaneval_prompts  # noqa: E402
-from specactor.server.serve import DaemonProcess  # noqa: E402
+from specactor.cli.serve import DaemonProcess  # noqa: E402
 
 SHORT = SamplingParams(temperature=1.0, max_tokens=4)
 
@@ -168,7 +168,7 @@ async def recovery(endpoint: str, prompts: list[list[int]]) -> dict:
 
 async def main(args: argparse.Namespace) -> dict:
     from specactor.tokenizer import Tokenizer
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
 
     tok = Tokenizer(resolve_model(None))
     prompts = [tok.apply_chat_template([{"role": "user", "content": p.text}]) for p in humaneval_prompts(8)]

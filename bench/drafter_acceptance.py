@@ -44,13 +44,14 @@ import torch
 from specactor.drafters.base import DraftState
 from specactor.drafters.model import QUANT_MODES, ModelDrafter, load_draft_model
 from specactor.drafters.registry import make_drafter
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
 from specactor.seeds import derive_seed
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.weights import load_causal_lm
 
 ROOT = Path(__file__).resolve().parent
 

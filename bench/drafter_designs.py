@@ -34,14 +34,14 @@ import torch.nn.functional as F
 
 from learned_drafter import K, acceptance, draft_ms_per_token, rollout, summarise, tally, write_report
 from specactor.drafters.learned import LearnedDrafter, _dense_layer_state, frequent_vocab, set_head_vocab
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.tokenizer import Tokenizer
-from specactor.verifier.config import rope_inv_freq
-from specactor.verifier.engine import Engine
-from specactor.verifier.model import CausalLM, apply_rope, rms_norm
-from specactor.verifier.sampler import _as_i32, _gumbel_rows, _token_key, row_keys
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.config import rope_inv_freq
+from specactor.engine.llm_engine import Engine
+from specactor.engine.model import CausalLM, apply_rope, rms_norm
+from specactor.engine.sampler import _as_i32, _gumbel_rows, _token_key, row_keys
+from specactor.engine.weights import load_causal_lm
 
 
 def _rope(cfg, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from specactor.config import EngineConfig
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
@@ -47,8 +47,9 @@ def workload(batch: int, tokens: int) -> tuple[list[list[int]], list[str], Sampl
 
 def run_engine(dtype: str, prompts: list[list[int]], ids: list[str], params: SamplingParams,
                max_len: int) -> tuple[float, list[list[int]]]:
-    from specactor.verifier.engine import Engine, Sequence, sample_sequences
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.llm_engine import Engine
+    from specactor.engine.sequence import Sequence, sample_sequences
+    from specactor.engine.weights import load_causal_lm
 
     folder = resolve_model(None)
     model = load_causal_lm(folder, dtype=getattr(torch, dtype))
@@ -63,7 +64,7 @@ def run_engine(dtype: str, prompts: list[list[int]], ids: list[str], params: Sam
 
 async def run_rollout(dtype: str, prompts: list[list[int]], ids: list[str], params: SamplingParams,
                       max_len: int) -> tuple[float, list[list[int]]]:
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
 
     config = EngineConfig(mode="autoregressive", dtype=dtype, max_batch=len(prompts) * params.n, max_len=max_len)
     async with RolloutEngine(config) as engine:

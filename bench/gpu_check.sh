@@ -28,7 +28,7 @@ stage "start: $($PY -c 'import torch; print(torch.__version__, torch.cuda.get_de
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOG" 2>&1
 if want tests; then
   stage "CUDA tests"
-  timeout 120 $PY -m pytest -q -p no:cacheprovider tests/verifier/test_cuda.py tests/verifier/test_step_clock.py \
+  timeout 120 $PY -m pytest -q -p no:cacheprovider tests/verifier/test_cuda.py tests/engine/test_step_clock.py \
     -k "not rollout" >> "$LOG" 2>&1
   stage "losslessness properties on the GPU"
   SPECACTOR_TEST_DEVICE=cuda timeout 150 $PY -m pytest -q -p no:cacheprovider tests/verifier/test_lossless.py \
@@ -58,13 +58,13 @@ if want profiles; then
 fi
 if want bench; then
   stage "long-tail bench, bf16"
-  timeout 420 $PY -m specactor.cli bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
+  timeout 420 $PY -m specactor bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
     --repeats 2 --out "$OUT/suite" >> "$LOG" 2>&1
   stage "long-tail bench, bf16, eager (no CUDA graphs)"
-  timeout 300 $PY -m specactor.cli bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
+  timeout 300 $PY -m specactor bench --device cuda --dtype bfloat16 --temperatures 1,0 --epochs 1 \
     --repeats 1 --eager --out "$OUT/suite_eager" >> "$LOG" 2>&1
   # the cost profiles the policy decided on (measured live, cached): what replays of these runs need
-  cp -r "$($PY -c "from specactor.models import cache_dir; print(cache_dir())")/profiles" "$OUT/live_profiles" 2>> "$LOG"
+  cp -r "$($PY -c "from specactor.engine.model_registry import cache_dir; print(cache_dir())")/profiles" "$OUT/live_profiles" 2>> "$LOG"
 fi
 if want identity; then
   for dtype in float32 bfloat16; do

@@ -28,13 +28,14 @@ import torch
 from specactor.drafters.base import DraftState
 from specactor.drafters.learned import LearnedDrafter
 from specactor.drafters.model import ModelDrafter
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
-from specactor.verifier.engine import Engine, sample_sequences
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import sample_sequences
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.weights import load_causal_lm
 
 K = 4
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from specactor.bench import replay_learned
 from specactor.bench.replay import load_rollout
 from specactor.drafters.learned import DEFAULT_LAYERS, DEFAULT_VOCAB, TRAIN_EPOCHS, TRAIN_LR, LearnedDrafter
-from specactor.models import resolve_model
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.model_registry import resolve_model
+from specactor.engine.weights import load_causal_lm
 
 
 def draft_acceptance(predictions: dict[str, list[int]], rows: list[dict], k: int) -> tuple[list[float], float]:

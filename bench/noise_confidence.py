@@ -35,7 +35,7 @@ LEAST_COMMITTED_MEAN = 0.52
 
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     parser.add_argument("rollout", type=Path, help="a `specactor rollout` output file (JSON lines) sampled at T > 0")
@@ -61,7 +61,7 @@ def main() -> None:
 
     from specactor.bench.replay import DRAFTERS, replay_steps
     from specactor.seeds import sample_seed
-    from specactor.verifier.sampler import token_uniforms
+    from specactor.engine.sampler import token_uniforms
     from specactor.vllm_backend import suffix_decoding_missing
 
     if args.drafter not in DRAFTERS:
@@ -137,8 +137,8 @@ def main() -> None:
 
 def _default_vocab() -> int:
     """The default model's vocabulary size, from its config (no weights loaded)."""
-    from specactor.models import resolve_model
-    from specactor.verifier.config import ModelConfig
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.config import ModelConfig
 
     return ModelConfig.from_dir(resolve_model("smollm2-135m")).vocab_size
 

@@ -25,8 +25,9 @@ from datetime import date
 from pathlib import Path
 
 from specactor.bench.suite import BenchOptions, build_workload
-from specactor.verifier.engine import Engine, sample_sequences
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import sample_sequences
+from specactor.engine.weights import load_causal_lm
 
 
 def _engine(backend: str, model, work, share: bool):

@@ -46,7 +46,7 @@ from specactor.bench.replay import load_rollout
 from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
 from specactor.bench.replay_workload import REPLAY_METHODS, samples_of, told_of
-from specactor.drafters.base import DEFAULT_WINDOW
+from specactor.speculation import DEFAULT_WINDOW
 from specactor.policy.bandit import DORMANT_SLOWDOWN, FastestOfN
 from specactor.policy.cost_model import CostModel
 
@@ -132,8 +132,8 @@ def learned_settings(args: argparse.Namespace, settings: ReplaySettings, samplin
     from dataclasses import asdict, replace
 
     from specactor.drafters.learned import LearnedDrafter
-    from specactor.models import resolve_model
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.weights import load_causal_lm
 
     drafter = LearnedDrafter(load_causal_lm(resolve_model(args.model)), **options)
     paths = [path for path in args.learned.split(",") if path]

@@ -27,7 +27,7 @@ from pathlib import Path
 from specactor.bench.ceilings import uniform_drafter
 from specactor.bench.suite import profile_label
 from specactor.policy.cost_model import CostModel, DraftCost
-from specactor.policy.profiling import profiles_dir
+from specactor.engine.profiling import profiles_dir
 
 
 def _lengths(suite: dict, temperature: float, epoch: int) -> list[int]:

@@ -37,9 +37,10 @@ from pathlib import Path
 
 import torch
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.rollout_engine import RolloutEngine
 from specactor.events import configure_events
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer

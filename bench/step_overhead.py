@@ -32,8 +32,9 @@ from cost_profile import SHAPES, random_model  # noqa: E402
 
 from specactor.config import DTYPES, check_device, torch_dtype  # noqa: E402
 from specactor.protocol import SamplingParams  # noqa: E402
-from specactor.verifier.engine import Engine, Sequence  # noqa: E402
-from specactor.verifier.kv_cache import KVCache  # noqa: E402
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.kv_cache import KVCache  # noqa: E402
 
 
 #: --graphs: the engine's cuda_graphs argument for each setting (default: on for a GPU)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
@@ -32,9 +32,9 @@ def main() -> None:
         parser.error(f"no rollout file at {', '.join(missing)}")
     import torch
 
-    from specactor.models import resolve_model
-    from specactor.verifier.kv_cache import KVCache
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.kv_cache import KVCache
+    from specactor.engine.weights import load_causal_lm
 
     model = load_causal_lm(resolve_model(None))
     for path in args.rollouts:

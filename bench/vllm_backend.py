@@ -59,10 +59,10 @@ STOCK_SPECULATION: dict[str, dict | None] = {
 
 
 def _workload(args: argparse.Namespace) -> tuple[list[list[int]], list[int]]:
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.prompts import humaneval_prompts
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.config import ModelConfig
+    from specactor.engine.config import ModelConfig
 
     folder = resolve_model(None)
     tok = Tokenizer(folder)
@@ -89,7 +89,7 @@ def stock_worker(args: argparse.Namespace) -> dict:
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.seeds import sample_seed
 
     prompts, eos = _workload(args)
@@ -149,7 +149,8 @@ def _spec_counts(llm) -> tuple[int, int]:
 
 
 async def specactor_run(args: argparse.Namespace, mode: str) -> tuple[dict, dict[str, list[int]]]:
-    from specactor.coordinator import EngineConfig, RolloutEngine
+    from specactor.config import EngineConfig
+    from specactor.rollout_engine import RolloutEngine
     from specactor.protocol import SamplingParams
 
     prompts, _ = _workload(args)
@@ -239,7 +240,7 @@ def _write(args: argparse.Namespace, version: str, repeats: list[dict[str, dict]
 
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)

@@ -26,7 +26,7 @@ def keyed_run(engine, prompts: list[list[int]], max_tokens: int) -> tuple[list[l
     from specactor.drafters.base import DraftState
     from specactor.drafters.ngram import NgramDrafter
     from specactor.protocol import SamplingParams
-    from specactor.verifier.engine import Sequence
+    from specactor.engine.sequence import Sequence
 
     seqs = [Sequence(f"k{i}", p, SamplingParams(temperature=1.0, max_tokens=max_tokens), seed=1000 + i)
             for i, p in enumerate(prompts)]
@@ -68,11 +68,11 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/vllm_distribution.json")
     args = parser.parse_args()
     from specactor.bench.calibration import chi_square_p, power_against_a_shift, score
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.prompts import humaneval_prompts
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.config import ModelConfig
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.config import ModelConfig
+    from specactor.engine.weights import load_causal_lm
     from specactor.vllm_backend import require_vllm
     from specactor.vllm_backend.engine import VllmEngine
 

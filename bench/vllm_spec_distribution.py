@@ -37,7 +37,7 @@ def _backend_bench():
 
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
@@ -66,8 +66,8 @@ def main() -> None:
     args.temperature = 1.0  # what is judged: the model's own distribution
 
     from specactor.bench.calibration import chi_square_p, power_against_a_shift, score
-    from specactor.models import resolve_model
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.weights import load_causal_lm
     from specactor.vllm_backend import require_vllm
 
     version = require_vllm()

@@ -24,12 +24,13 @@ from pathlib import Path
 import torch
 import transformers
 
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.tokenizer import Tokenizer
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.weights import load_causal_lm
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.weights import load_causal_lm
 
 
 def ours(model, prompts: list[list[int]], batch: int, tokens: int) -> tuple[float, list[list[int]]]:

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from specactor.engine_flags import positive_int
+from specactor.cli.engine_flags import positive_int
 
 
 def _neighbour(conn, work_us: float) -> None:
@@ -49,7 +49,7 @@ def _microseconds(text: str) -> list[float]:
 
 
 def main() -> None:
-    from specactor.cli import HelpFormatter
+    from specactor.cli.main import HelpFormatter
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=HelpFormatter)
@@ -64,9 +64,9 @@ def main() -> None:
 
     import torch
 
-    from specactor.models import resolve_model
-    from specactor.verifier.kv_cache import KVCache
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.kv_cache import KVCache
+    from specactor.engine.weights import load_causal_lm
 
     model = load_causal_lm(resolve_model(None))
     model.pack()

@@ -28,9 +28,9 @@ import torch
 from safetensors.torch import save_file
 
 from specactor import EngineConfig, RolloutClient, RolloutEngine, SamplingParams
-from specactor.models import resolve_model
-from specactor.server.serve import DaemonProcess
-from specactor.verifier.weights import load_state_dict
+from specactor.engine.model_registry import resolve_model
+from specactor.cli.serve import DaemonProcess
+from specactor.engine.weights import load_state_dict
 
 ONE_TOKEN = SamplingParams(max_tokens=1, seed=0)
 

@@ -12,7 +12,7 @@ import asyncio
 import time
 
 from specactor import RolloutClient, SamplingParams
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_prompts
 from specactor.tokenizer import Tokenizer
 

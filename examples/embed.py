@@ -6,7 +6,7 @@
 import asyncio
 
 from specactor import EngineConfig, RolloutEngine, SamplingParams
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.tokenizer import Tokenizer
 
 

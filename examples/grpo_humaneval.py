@@ -28,9 +28,10 @@ import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.rollout_engine import RolloutEngine
 from specactor.drafters.registry import parse_methods
-from specactor.models import resolve_model
+from specactor.engine.model_registry import resolve_model
 from specactor.prompts import humaneval_problems, humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.rl.grpo import GRPOTrainer, Sample

@@ -118,9 +118,9 @@ def main() -> None:
                         help="the started daemon's verifier: specactor's engine or vLLM")
     args = parser.parse_args()
 
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.prompts import humaneval_prompts
-    from specactor.server.serve import DaemonProcess
+    from specactor.cli.serve import DaemonProcess
     from specactor.tokenizer import Tokenizer
 
     tok = Tokenizer(resolve_model(None))  # the client tokenizes; the daemon works on token ids

@@ -8,7 +8,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "RolloutEngine": "specactor.coordinator",
+    "RolloutEngine": "specactor.rollout_engine",
     "EngineConfig": "specactor.config",
     "SamplingParams": "specactor.protocol",
     "RequestResult": "specactor.protocol",

@@ -2,7 +2,7 @@
 
 The Python API takes it directly; ``specactor rollout``, ``serve`` and
 ``bench`` build it from their flags through one function
-(:func:`specactor.engine_flags.engine_config_from_args`), so every engine
+(:func:`specactor.cli.engine_flags.engine_config_from_args`), so every engine
 setting reaches every entry point the same way.
 """
 
@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specactor.drafters.base import DEFAULT_WINDOW
-from specactor.drafters.registry import METHODS, MODEL_METHODS
+from specactor.speculation import DEFAULT_WINDOW
+from specactor.speculation import METHODS, MODEL_METHODS
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,7 @@ class EngineConfig:
     device: str = "cpu"  # cpu, cuda or cuda:N: where the target (and a model drafter) runs
     dtype: str = "float32"  # float32 or bfloat16: weights, activations and KV cache of the target
     #: on a GPU, replay decode and verify steps as CUDA graphs (one launch for a step's ~1,400
-    #: kernels; specactor.verifier.cuda_graphs). False: every step eager, like vLLM's enforce_eager
+    #: kernels; specactor.engine.cuda_graphs). False: every step eager, like vLLM's enforce_eager
     cuda_graphs: bool = True
     #: run a decode or verify step on the verifier's event-loop thread instead of its worker thread.
     #: None: where steps replay CUDA graphs. Such a step is a few milliseconds of host work around
@@ -87,7 +87,7 @@ class EngineConfig:
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
     racing: bool = True  # the policy may race extra methods for tail requests
     #: the policy's cost profile: None or "auto" = this machine's (the verifier measures it once, before
-    #: it serves, and caches it: specactor.policy.profiling), "cached" = this machine's if cached, never
+    #: it serves, and caches it: specactor.engine.profiling), "cached" = this machine's if cached, never
     #: measured, "packaged" = the one shipped (another machine's, corrected online), else a file.
     #: Default: $SPECACTOR_PROFILE, else auto.
     profile: str | None = field(default_factory=lambda: os.environ.get("SPECACTOR_PROFILE") or None)
@@ -154,12 +154,6 @@ class EngineConfig:
         if self.backend == "vllm":
             if not self.processes:
                 raise ValueError("backend vllm runs vLLM in the verifier's own process: needs processes=True")
-            from specactor.vllm_backend import require_vllm
-
-            try:
-                require_vllm()
-            except RuntimeError as exc:
-                raise ValueError(str(exc)) from None
 
     @property
     def torch_dtype(self) -> "torch.dtype":

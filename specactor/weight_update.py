@@ -19,7 +19,7 @@ import torch
 from specactor import protocol as p
 
 if TYPE_CHECKING:
-    from specactor.verifier.model import CausalLM
+    from specactor.engine.model import CausalLM
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 IN_FLIGHT = ("finish", "abort")
@@ -178,7 +178,7 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     """Weights from a ``.safetensors`` file or a folder of them."""
     from safetensors.torch import load_file
 
-    from specactor.verifier.weights import load_state_dict
+    from specactor.engine.weights import load_state_dict
 
     path = Path(path)
     if path.is_dir():

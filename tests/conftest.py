@@ -36,15 +36,15 @@ def events_file(tmp_path: Path) -> Iterator[Callable[[], list[dict]]]:
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from specactor.models import resolve_model  # noqa: E402
-from specactor.verifier.config import ModelConfig  # noqa: E402
-from specactor.verifier.model import CausalLM  # noqa: E402
+from specactor.engine.model_registry import resolve_model  # noqa: E402
+from specactor.engine.config import ModelConfig  # noqa: E402
+from specactor.engine.model import CausalLM  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _packaged_cost_profile() -> Iterator[None]:
     """Every engine a test starts (daemons included) decides on the packaged cost profile: the same
-    decisions on every machine, and no start-up spent measuring this one (tests/policy/test_profiling.py
+    decisions on every machine, and no start-up spent measuring this one (tests/engine/test_profiling.py
     covers that path on a tiny model)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECACTOR_PROFILE", "packaged")
@@ -65,7 +65,7 @@ def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def default_model(session_cache: Path):
     """(folder, CausalLM, Tokenizer) of the real default model."""
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     folder = session_cache / "models" / "smollm2-135m"
     return folder, load_causal_lm(folder), Tokenizer(folder)
@@ -129,6 +129,6 @@ def tiny_checkpoint(session_cache: Path, tmp_path_factory: pytest.TempPathFactor
 def tiny_model(tiny_checkpoint: Path):
     """(folder, CausalLM, Tokenizer) of :func:`tiny_checkpoint`, like ``default_model``."""
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     return tiny_checkpoint, load_causal_lm(tiny_checkpoint), Tokenizer(tiny_checkpoint)

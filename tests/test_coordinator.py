@@ -13,10 +13,13 @@ import pytest
 
 from specactor import coordinator as coordinator_module
 from specactor import protocol as p
-from specactor.coordinator import Coordinator, EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.coordinator import Coordinator
+from specactor.rollout_engine import RolloutEngine
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, sample_sequences
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import sample_sequences
 
 PROMPTS = 6
 SAMPLES = 2
@@ -58,7 +61,7 @@ def reference(default_model):
 @pytest.fixture(scope="module")
 def tiny_reference(tiny_checkpoint):
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     return _reference(tiny_checkpoint, load_causal_lm(tiny_checkpoint), Tokenizer(tiny_checkpoint), TINY_TOKENS)
 
@@ -157,7 +160,7 @@ async def test_sigkilled_model_drafter_only_slows_things_down(tiny_checkpoint, s
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     prompts, ids = tiny_reference[0][:4], tiny_reference[1][:4]
     # long enough that the kill lands mid-rollout, though accepted drafts make a tiny model fast

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.rollout_engine import RolloutEngine
 from specactor.event_log import at_version, format_summary, read_events, summarize
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
@@ -103,13 +104,13 @@ def test_steps_replayed_as_cuda_graphs_are_counted_by_their_step_time() -> None:
 
 def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
     path, _ = run_log
-    out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path)],
+    out = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(path)],
                          capture_output=True, text=True, check=True).stdout
     assert "| method |" in out and ("ngram" in out or "suffix" in out)
     assert "tail (after 90% of requests finished)" in out
     assert "| batch | verify steps | forward, median | step, median |" in out
     png = tmp_path / "fig.png"
-    subprocess.run([sys.executable, "-m", "specactor.cli", "events", "plot", str(path), "--out", str(png)],
+    subprocess.run([sys.executable, "-m", "specactor", "events", "plot", str(path), "--out", str(png)],
                    capture_output=True, text=True, check=True)
     import matplotlib.image
 
@@ -121,7 +122,7 @@ def test_cli_summarize_and_plot(run_log, tmp_path) -> None:
 def test_bad_log_is_an_error_naming_the_line(tmp_path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"event": "verify.step", "ts": 1.0}) + "\nnot json\n")
-    proc = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(bad)],
+    proc = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "bad.jsonl:2" in proc.stderr
 
@@ -146,10 +147,10 @@ def test_one_rl_step_is_the_events_between_two_weight_updates(tmp_path) -> None:
         at_version(events, 5)
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path), "--version", "2"],
+    out = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(path), "--version", "2"],
                          capture_output=True, text=True, check=True).stdout
     assert "| 1 | 1 | 10.0 ms |" in out and "| 4 |" not in out
-    bad = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path), "--version", "9"],
+    bad = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(path), "--version", "9"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no events at policy version 9" in bad.stderr
 
@@ -173,9 +174,9 @@ def test_a_gzip_compressed_log_reads_as_the_plain_one(run_log, tmp_path) -> None
     packed = tmp_path / "events.jsonl.gz"
     packed.write_bytes(gzip.compress(path.read_bytes()))
     assert read_events(packed) == read_events(path)
-    out = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(packed)],
+    out = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(packed)],
                          capture_output=True, text=True, check=True).stdout
-    plain = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(path)],
+    plain = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(path)],
                            capture_output=True, text=True, check=True).stdout
     assert out == plain
 
@@ -185,6 +186,6 @@ def test_a_cut_off_compressed_log_is_an_error_naming_the_file(run_log, tmp_path)
     cut = tmp_path / "cut.jsonl.gz"
     data = gzip.compress(path.read_bytes())
     cut.write_bytes(data[: len(data) // 2])
-    proc = subprocess.run([sys.executable, "-m", "specactor.cli", "events", "summarize", str(cut)],
+    proc = subprocess.run([sys.executable, "-m", "specactor", "events", "summarize", str(cut)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "cut.jsonl.gz" in proc.stderr and "damaged" in proc.stderr

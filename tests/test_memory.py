@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psutil
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.rollout_engine import RolloutEngine
 from specactor.memory import release_freed_memory
 from specactor.protocol import SamplingParams
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from specactor.protocol import SamplingParams
-from specactor.requests import RESERVED_REQUEST_IDS, expand, normalise
+from specactor.calls import RESERVED_REQUEST_IDS, expand, normalise
 from specactor.seeds import derive_seed, sample_seed
 
 ids = st.text(min_size=1, max_size=12).filter(lambda s: s not in RESERVED_REQUEST_IDS)  # "*" is refused

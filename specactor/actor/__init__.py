@@ -1,8 +1,8 @@
 """Actor runtime: Actor base, ZeroMQ mailboxes, addresses, supervisor, processes."""
 
-from specactor.actor.actor import SUPERVISOR, Actor
+from specactor.actor.base import SUPERVISOR, Actor
 from specactor.actor.address import Transport
-from specactor.actor.spec import ActorSpec, class_path
+from specactor.actor.actor_spec import ActorSpec, class_path
 from specactor.actor.system import ActorSystem
 
 __all__ = ["Actor", "ActorSpec", "ActorSystem", "SUPERVISOR", "Transport", "class_path"]

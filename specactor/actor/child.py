@@ -23,7 +23,7 @@ import sys
 
 import msgspec
 
-from specactor.actor.spec import PARENT_ENV
+from specactor.actor.actor_spec import PARENT_ENV
 
 _PR_SET_PDEATHSIG = 1
 
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 2
-    from specactor.actor.spec import ActorSpec
+    from specactor.actor.actor_spec import ActorSpec
 
     parent = int(os.environ[PARENT_ENV]) if os.environ.get(PARENT_ENV, "").isdigit() else None
     die_with_parent(parent)
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     os.environ.update(spec.env)
     bind, supervisor = argv[1], argv[2]
 
-    from specactor.actor.spec import load_class
+    from specactor.actor.actor_spec import load_class
     from specactor.events import configure_events
 
     configure_events(argv[3] if len(argv) == 4 and argv[3] else None, console_level="warning")

@@ -11,7 +11,7 @@ import os
 import time
 
 from specactor import protocol as p
-from specactor.actor.actor import Actor
+from specactor.actor.base import Actor
 
 
 class Echo(Actor):

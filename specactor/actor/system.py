@@ -41,9 +41,9 @@ import msgspec
 import zmq
 
 from specactor import protocol as p
-from specactor.actor.actor import SUPERVISOR, Actor
+from specactor.actor.base import SUPERVISOR, Actor
 from specactor.actor.address import AddressAllocator, Transport, check_name
-from specactor.actor.spec import PARENT_ENV, ActorSpec
+from specactor.actor.actor_spec import PARENT_ENV, ActorSpec
 from specactor.events import events_path, get_logger
 
 
@@ -385,6 +385,6 @@ class ActorSystem:
 
 def _build_local(spec: ActorSpec) -> Actor:
     """An in-process actor from its spec (``env`` is a child's: it does not apply here)."""
-    from specactor.actor.spec import load_class
+    from specactor.actor.actor_spec import load_class
 
     return load_class(spec.cls)(name=spec.name, **spec.kwargs)

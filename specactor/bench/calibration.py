@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from specactor.verifier.kv_cache import KVCache
+from specactor.engine.kv_cache import KVCache
 
 #: rank buckets: 1st | 2nd | 3rd-5th | 6th-20th | the rest
 EDGES = torch.tensor([1, 2, 5, 20])

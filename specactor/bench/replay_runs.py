@@ -26,7 +26,7 @@ from typing import Any
 
 from specactor.bench.measure import phase_split
 from specactor.bench.replay_workload import ReplayRequest, replay_requests
-from specactor.drafters.base import DEFAULT_WINDOW
+from specactor.speculation import DEFAULT_WINDOW
 from specactor.policy.bandit import ACCEPTANCE_MODELS, DORMANT_SLOWDOWN, FastestOfN
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator

@@ -77,7 +77,7 @@ class Mode:
 async def run_engine(mode: Mode, work: Workload, temperature: float,
                      update: Updater | None, events: str | None = None) -> list[RunRecord]:
     """Our engine, verifier in its own process; epochs on one engine, so drafters keep their history."""
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
 
     config = replace(work.engine, mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
                      max_batch=len(work.prompt_ids) * work.n,

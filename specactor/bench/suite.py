@@ -91,10 +91,10 @@ class BenchOptions:
 
 
 def build_workload(opts: BenchOptions) -> Workload:
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.prompts import humaneval_problems, humaneval_prompts
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.config import ModelConfig
+    from specactor.engine.config import ModelConfig
 
     folder = resolve_model(opts.engine.model)
     tok = Tokenizer(folder)
@@ -242,8 +242,8 @@ def ceiling_cost(engine: EngineConfig) -> CostModel:
     machine's cached profile for the engine's backend, model, dtype, device and threads (a vLLM
     verifier's steps cost what vLLM's cost, not our engine's), or the file ``engine.profile``
     names; the packaged one where nothing was measured."""
-    from specactor.models import resolve_model
-    from specactor.policy.profiling import resolve_profile
+    from specactor.engine.model_registry import resolve_model
+    from specactor.engine.profiling import resolve_profile
 
     threads = engine.verifier_threads  # None: torch's default, as in the verifier's process
     if threads is None and engine.backend == "vllm":  # vLLM's OpenMP threads (VllmEngine's default)

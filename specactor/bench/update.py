@@ -55,8 +55,9 @@ class PolicyUpdate:
     def _sample(self) -> list[list[int]]:
         """Epoch 1's samples at T=1 (what autoregressive, and so every engine mode, returns)."""
         from specactor.protocol import SamplingParams
-        from specactor.verifier.engine import Engine, sample_sequences
-        from specactor.verifier.weights import load_causal_lm
+        from specactor.engine.llm_engine import Engine
+        from specactor.engine.sequence import sample_sequences
+        from specactor.engine.weights import load_causal_lm
 
         work = self.work
         seqs = sample_sequences(work.prompt_ids, SamplingParams(temperature=1.0, max_tokens=work.max_tokens,

@@ -27,7 +27,8 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
-from specactor.drafters.base import DEFAULT_WINDOW, DraftState, Drafter, decoupled_lookahead
+from specactor.drafters.base import DraftState, Drafter
+from specactor.speculation import DEFAULT_WINDOW, decoupled_lookahead
 from specactor.drafters.registry import make_drafter
 from specactor.memory import release_freed_memory
 from specactor.weight_update import PendingUpdates
@@ -103,9 +104,9 @@ class DraftActor(Actor):
             torch.set_num_threads(self.threads)
         self.drafter = await self.run_blocking(make_drafter, self.method, self.model_name, self.drafter_options)
         if hasattr(self.drafter, "load_weights"):  # it takes the target's updates: check their chunks against it
-            from specactor.models import resolve_model
-            from specactor.verifier.config import ModelConfig
-            from specactor.verifier.model import hf_shapes
+            from specactor.engine.model_registry import resolve_model
+            from specactor.engine.config import ModelConfig
+            from specactor.engine.model import hf_shapes
 
             self._updates.expected = hf_shapes(ModelConfig.from_dir(resolve_model(self.model_name)))
         self.start_loop(self._drafting_loop())

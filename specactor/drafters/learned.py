@@ -55,9 +55,9 @@ import torch.nn.functional as F
 
 from specactor.drafters.base import DraftState
 from specactor.drafters.model import ModelDrafter
-from specactor.verifier.config import rope_inv_freq
-from specactor.verifier.model import CausalLM, apply_rope, rms_norm
-from specactor.verifier.sampler import _as_i32, _gumbel_rows, _token_key, row_keys
+from specactor.engine.config import rope_inv_freq
+from specactor.engine.model import CausalLM, apply_rope, rms_norm
+from specactor.engine.sampler import _as_i32, _gumbel_rows, _token_key, row_keys
 
 #: The student's depth: it starts as the target's first layers.
 DEFAULT_LAYERS = 2
@@ -372,6 +372,6 @@ def sample_in_vocab(logits: torch.Tensor, vocab: torch.Tensor, temperatures: lis
 
 def learned_drafter(folder: str | Path, **options: object) -> LearnedDrafter:
     """A :class:`LearnedDrafter` seeded from the model in ``folder``."""
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     return LearnedDrafter(load_causal_lm(Path(folder)), **options)  # type: ignore[arg-type]

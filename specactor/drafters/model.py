@@ -1,15 +1,15 @@
 """Draft-model drafting with shared (position-keyed) noise.
 
-:class:`ModelDrafter` wraps any :class:`~specactor.verifier.model.CausalLM`
+:class:`ModelDrafter` wraps any :class:`~specactor.engine.model.CausalLM`
 that shares the target's tokenizer (a smaller model of the family, or a
 quantised copy of the target) and keeps its own slot KV cache.
 
 Shared noise
     The target samples output position ``t`` of a request as
     ``argmax(logits / T + g(seed, t))`` where the Gumbel noise ``g`` is a pure
-    function of (seed, t, token) (see :mod:`specactor.verifier.sampler`). The
+    function of (seed, t, token) (see :mod:`specactor.engine.sampler`). The
     drafter samples with the *same* noise, through the same
-    :func:`~specactor.verifier.sampler.sample`, so wherever the draft and
+    :func:`~specactor.engine.sampler.sample`, so wherever the draft and
     target distributions agree the sampled tokens agree, at any temperature: a
     drafter that is the target itself is always right (up to float rounding
     differences between differently shaped batches). ``noise="argmax"``
@@ -52,9 +52,9 @@ from pathlib import Path
 import torch
 
 from specactor.drafters.base import DraftState
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.model import CausalLM
-from specactor.verifier.sampler import SamplingBatch, sample
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.model import CausalLM
+from specactor.engine.sampler import SamplingBatch, sample
 
 NOISE_MODES = ("shared", "argmax")
 
@@ -411,7 +411,7 @@ def load_draft_model(folder: str | os.PathLike[str], quant: str = DEFAULT_QUANT)
     the int8 kernels are missing from this torch, a bf16 copy is used instead
     (with a warning).
     """
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     if quant not in QUANT_MODES:
         raise ValueError(f"quant must be one of {QUANT_MODES}, got {quant!r}")
@@ -444,7 +444,7 @@ def default_model_drafter(
     """A :class:`ModelDrafter` over a cheaper copy of the model in ``folder``: int8 weight-only on
     the CPU (the int8 kernel is a CPU one), bf16 on a GPU, unless ``quant`` says otherwise.
 
-    For the default model, ``folder`` is ``specactor.models.resolve_model(None)``.
+    For the default model, ``folder`` is ``specactor.engine.model_registry.resolve_model(None)``.
     """
     quant = quant or (DEFAULT_QUANT if device == "cpu" else "bf16")
     return ModelDrafter(load_draft_model(folder, quant).to(device), max_slots=max_slots, max_len=max_len,

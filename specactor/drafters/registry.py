@@ -5,17 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specactor.drafters.base import Drafter
-
-METHODS = ("ngram", "suffix", "model", "learned")
-
-#: Methods that run a model: each gets a process of its own, is sized like the verifier (it drafts
-#: for every running request) and holds a copy of the policy's weights, updated between RL steps.
-MODEL_METHODS = ("model", "learned")
-
-#: Methods that learn from the rollouts (the verifier streams every finished sample to them) and
-#: draft nothing until they have: the policy leaves them out until their actor reports them ready.
-LEARNING_METHODS = ("learned",)
-
+from specactor.speculation import METHODS
 
 def make_drafter(method: str, model: str | None = None, options: dict[str, Any] | None = None) -> Drafter:
     """Build the drafter called ``method``; ``model`` is the target model name or path."""
@@ -30,12 +20,12 @@ def make_drafter(method: str, model: str | None = None, options: dict[str, Any] 
         return SuffixDrafter(**options)
     if method == "model":
         from specactor.drafters.model import default_model_drafter
-        from specactor.models import resolve_model
+        from specactor.engine.model_registry import resolve_model
 
         return default_model_drafter(resolve_model(model), **options)
     if method == "learned":
         from specactor.drafters.learned import learned_drafter
-        from specactor.models import resolve_model
+        from specactor.engine.model_registry import resolve_model
 
         return learned_drafter(resolve_model(model), **options)
     raise ValueError(f"unknown drafting method {method!r}: choose from {', '.join(METHODS)}")

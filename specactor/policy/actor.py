@@ -26,8 +26,8 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
-from specactor.drafters.base import DEFAULT_WINDOW
-from specactor.drafters.registry import LEARNING_METHODS
+from specactor.speculation import DEFAULT_WINDOW
+from specactor.speculation import LEARNING_METHODS
 from specactor.policy.bandit import DORMANT_SLOWDOWN, Choice, FastestOfN
 from specactor.policy.cost_model import CostModel
 
@@ -48,7 +48,7 @@ class PolicyActor(Actor):
                  stats_every: int = 8, plan_every: int = 4, shared_methods: tuple[str, ...] | list[str] = (),
                  **kwargs: Any) -> None:
         """``profile``: the cost profile's path (the coordinator passes this machine's, see
-        :func:`specactor.policy.profiling.resolve_profile`), or None / "packaged" for the packaged one;
+        :func:`specactor.engine.profiling.resolve_profile`), or None / "packaged" for the packaged one;
         ``shared_methods``: drafters computing on the verifier's own hardware
         (:attr:`specactor.config.EngineConfig.drafters_on_verifier`)."""
         super().__init__(name, **kwargs)

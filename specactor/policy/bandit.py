@@ -101,7 +101,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from specactor.drafters.base import decoupled_lookahead
+from specactor.speculation import decoupled_lookahead
 from specactor.policy.cost_model import (CostModel, StepCosts, expected_progress, iteration_s,
                                          progress_by_window, race_progress, useful_window)
 from specactor.policy.drafting_tally import DraftingTally, drafting_seconds

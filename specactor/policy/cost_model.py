@@ -3,7 +3,7 @@ how many tokens per second a choice of method, window and mode buys.
 
 Verify time ``V(b, c)`` (batch b, c new tokens per request) is interpolated in
 the engine's profile: this machine's, measured once at start-up and cached
-(:mod:`specactor.policy.profiling`), else the packaged one (the default model
+(:mod:`specactor.engine.profiling`), else the packaged one (the default model
 on another 2-core CPU), corrected online in two parts, both per profiled batch size (a profile's error
 depends on the batch: on the 2-core machine one measured at another time said
 94 ms for a decode step at batch 4 and 166 at batch 12, where the machine then
@@ -46,7 +46,6 @@ for ``1 + q*w`` tokens verified.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import statistics
 from collections import deque
@@ -55,14 +54,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from specactor.drafters.base import decoupled_lookahead
+from specactor.engine.profiling import HALF_ROWS_FROM, check_profile
+from specactor.speculation import decoupled_lookahead
 
 
 #: a draft token accepted with less probability than this buys next to nothing
 NEGLIGIBLE = 0.02
-#: the smallest batch whose half-rows figure is a point of its own (``batch // 2`` rows, at least 2);
-#: below it the profiles store the one-row figure there, and the cost model does not use it
-HALF_ROWS_FROM = 4
 
 
 def useful_window(p: float, max_window: int) -> int:
@@ -368,7 +365,7 @@ class CostModel:
 
     @classmethod
     def from_profile(cls, path: str | Path | None = None) -> "CostModel":
-        """Load a profile written by :func:`specactor.policy.profiling.measure` (``bench/cost_profile.py``);
+        """Load a profile written by :func:`specactor.engine.profiling.measure` (``bench/cost_profile.py``);
         the packaged one for None or ``"packaged"``."""
         if path is None or str(path) == "packaged":
             text = resources.files("specactor.policy").joinpath("default_profile.json").read_text()
@@ -376,42 +373,13 @@ class CostModel:
         else:
             text = Path(path).read_text()
         name = str(path) if path is not None else "packaged"
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"cost profile {name} is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"cost profile {name} is not a JSON object")
-        try:
-            model = cls(list(data["batch_sizes"]), list(data["chunk_lens"]),
-                        [list(map(float, row)) for row in data["forward_s"]])
-        except KeyError as exc:
-            raise ValueError(f"cost profile {name} lacks the field {exc}") from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+        tables = check_profile(text, name)
+        model = cls(tables.batch_sizes, tables.chunk_lens, tables.forward_s)
         model.source = name
-
-        def check(table: list[list[float]], field_name: str) -> None:
-            if len(table) != len(model.batch_sizes) or any(len(row) != len(model.chunk_lens) for row in table):
-                raise ValueError(f"cost profile {name}: {field_name} is not batch_sizes x chunk_lens")
-            if any(not (t > 0 and math.isfinite(t)) for row in table for t in row):
-                raise ValueError(f"cost profile {name}: {field_name} holds a time that is not a positive number")
-
-        if not model.batch_sizes or not model.chunk_lens:
-            raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must not be empty")
-        if model.batch_sizes != sorted(set(model.batch_sizes)) or model.chunk_lens != sorted(set(model.chunk_lens)):
-            raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must increase")
-        check(model.forward_s, "forward_s")
-        for field_name in ("one_row_s", "half_rows_s"):
-            if data.get(field_name) is not None:
-                try:
-                    table = [list(map(float, row)) for row in data[field_name]]
-                except (TypeError, ValueError) as exc:
-                    raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
-                check(table, field_name)
-                setattr(model, field_name, monotone(table))
-        if model.half_rows_s is not None and model.one_row_s is None:
-            raise ValueError(f"cost profile {name}: half_rows_s needs one_row_s")
+        if tables.one_row_s is not None:
+            model.one_row_s = monotone(tables.one_row_s)
+        if tables.half_rows_s is not None:
+            model.half_rows_s = monotone(tables.half_rows_s)
         model.forward_s = monotone(model.forward_s)
         model.draft = {name: DraftCost(c.per_row_s, c.fixed_s) for name, c in DEFAULT_DRAFT_COSTS.items()}
         return model

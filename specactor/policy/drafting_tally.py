@@ -17,7 +17,7 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
-from specactor.drafters.base import decoupled_lookahead
+from specactor.speculation import decoupled_lookahead
 from specactor.policy.cost_model import CostModel, decoupled_work
 
 

@@ -37,7 +37,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specactor.drafters.base import SHADOW_STRIDE, decoupled_lookahead
+from specactor.speculation import SHADOW_STRIDE, decoupled_lookahead
 from specactor.policy.bandit import Choice, is_dormant
 from specactor.policy.cost_model import CostModel
 

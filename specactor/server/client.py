@@ -21,7 +21,7 @@ import zmq
 import zmq.asyncio
 
 from specactor import protocol as p
-from specactor.requests import Call, Params, normalise
+from specactor.calls import Call, Params, normalise
 from specactor.server import api
 from specactor.server.daemon import DEFAULT_ENDPOINT, MAX_CALL_BYTES
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict

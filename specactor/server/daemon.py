@@ -21,7 +21,7 @@ import zmq
 import zmq.asyncio
 
 from specactor import protocol as p
-from specactor.coordinator import RolloutEngine
+from specactor.rollout_engine import RolloutEngine
 from specactor.events import get_logger
 from specactor.server import api
 

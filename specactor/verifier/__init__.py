@@ -1,1 +1,1 @@
-"""Target model engine (model code, KV cache, weights), seeded sampling, VerifyActor."""
+"""The VerifyActor: verifies every request's freshest draft in one batched step of the engine, commits, tells drafters and the policy."""

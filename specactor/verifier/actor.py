@@ -25,7 +25,6 @@ arrive (the book is not read by the forward; the next step takes the freshest).
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import time
 from collections import OrderedDict
@@ -34,11 +33,12 @@ from typing import Any
 from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.memory import release_freed_memory
-from specactor.config import BACKENDS, GRAPHED_PROFILE, torch_dtype
-from specactor.drafters.base import DEFAULT_WINDOW, SHADOW_STRIDE, decoupled_lookahead, shadow_lookahead
+from specactor.backends import EngineSettings, load_engine
+from specactor.config import BACKENDS
+from specactor.speculation import DEFAULT_WINDOW, SHADOW_STRIDE, decoupled_lookahead, shadow_lookahead
 from specactor.seeds import sample_seed
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.verifier import Verifier
+from specactor.engine.sequence import Sequence
+from specactor.verifier.verify_loop import Verifier
 from specactor.weight_update import IN_FLIGHT, PendingUpdates, checked_update
 
 
@@ -122,39 +122,15 @@ class VerifyActor(Actor):
 
     async def on_start(self) -> None:
         def load() -> Verifier:
-            import torch
+            from specactor.engine.model_registry import resolve_model
 
-            from specactor.models import resolve_model
-            from specactor.verifier.weights import load_causal_lm
-
-            if self.threads:
-                torch.set_num_threads(self.threads)
-            self._threads = torch.get_num_threads()  # what the forward really uses (reported in stats)
-            folder = resolve_model(self.model_name)
-            if self.backend == "vllm":
-                return self._load_vllm(folder)
-            model = load_causal_lm(folder, dtype=torch_dtype(self.dtype), device=self.device)
-            engine = Engine(model, max_batch=self.max_batch, max_len=self.max_len,
-                            eos_token_ids=_eos_token_ids(folder, model.cfg.eos_token_ids),
-                            device=self.device, share_prompts=self.share_prompts,
-                            cuda_graphs=None if self.cuda_graphs else False)
-            graphed = engine.replays_graphs
-            if self.profile:  # the policy's cost profile for this machine: measured once, before serving, then cached
-                from specactor.policy.profiling import ensure_profile, grid_for, measure
-
-                ensure_profile(engine.model, folder, dtype=self.dtype, device=self.device, log=self.log,
-                               grid=grid_for(self.window), backend=GRAPHED_PROFILE if graphed else "torch",
-                               measurer=functools.partial(measure, cuda_graphs=True) if graphed else None)
-            if graphed:  # every shape now, none mid-rollout; and the eager prefill's first-use costs
-                assert engine.graphs is not None
-                started = time.perf_counter()
-                shapes = engine.graphs.capture_all()
-                captured = time.perf_counter() - started
-                warm_up_s = engine.warm_up()
-                self.log.info("verify.graphs_captured", shapes=shapes, seconds=round(captured, 3),
-                              warm_up_s=round(warm_up_s, 3))
-            self._bfloat16 = model.embed.weight.dtype == torch.bfloat16  # what it computes in (stats)
-            return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
+            settings = EngineSettings(
+                backend=self.backend, max_batch=self.max_batch, max_len=self.max_len, window=self.window,
+                device=self.device, dtype=self.dtype, threads=self.threads, share_prompts=self.share_prompts,
+                cuda_graphs=self.cuda_graphs, profile=self.profile)
+            loaded = load_engine(resolve_model(self.model_name), settings, self.log)
+            self._threads, self._bfloat16 = loaded.threads, loaded.bfloat16  # reported in stats
+            return Verifier(loaded.engine, default_window=self.window if self.mode != "off" else 0)
 
         self.verifier = await self.run_blocking(load)
         if self.backend != "torch":  # vLLM's step schedules and prefills inside itself: it keeps the thread
@@ -163,29 +139,6 @@ class VerifyActor(Actor):
             self.inline_steps = self.verifier.engine.replays_graphs
         self._updates.expected = self.verifier.engine.model.hf_shapes()  # chunks are checked before allocation
         self.start_loop(self._step_loop())
-
-    def _load_vllm(self, folder: Any) -> Verifier:
-        """vLLM verifies (in this process). The policy's cost profile is vLLM's own steps on this
-        machine (measured once before serving, then cached), when ``profile`` asks for it."""
-        from specactor.verifier.config import ModelConfig
-        from specactor.vllm_backend.engine import VllmEngine
-
-        eos = _eos_token_ids(folder, ModelConfig.from_dir(folder).eos_token_ids)
-        engine = VllmEngine(folder, max_batch=self.max_batch, max_len=self.max_len, eos_token_ids=eos,
-                            max_draft=max(self.window, 1), dtype=self.dtype, device=self.device,
-                            threads=self.threads, prefix_caching=self.share_prompts)
-        self._threads = int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1)
-        if self.profile:
-            from specactor.policy.profiling import ensure_profile, grid_for
-            from specactor.vllm_backend.profiling import BUDGET_S, EngineTooShort, measure_vllm
-
-            try:
-                ensure_profile(engine, folder, dtype=self.dtype, device=self.device, threads=self._threads,
-                               log=self.log, backend="vllm", measurer=measure_vllm, budget_s=BUDGET_S,
-                               grid=grid_for(engine.max_draft))
-            except EngineTooShort as exc:  # serve all the same: the policy starts from the packaged profile
-                self.log.warning("policy.profile_skipped", error=str(exc))
-        return Verifier(engine, default_window=self.window if self.mode != "off" else 0)
 
     def on_closed(self) -> None:
         self.verifier = None
@@ -601,17 +554,6 @@ class VerifyActor(Actor):
             stats=p.RequestStats(drafted=seq.drafted, accepted=seq.accepted, verify_steps=seq.steps,
                                  per_method=seq.per_method),
             policy_version=self.version, error=error))
-
-
-def _eos_token_ids(folder: Any, config_eos: Any) -> set[int]:
-    """The tokens that end a sample: the model config's EOS ids and the tokenizer's (either backend)."""
-    from specactor.tokenizer import Tokenizer
-
-    eos = set(config_eos)
-    tok_eos = Tokenizer(folder).eos_token_id
-    if tok_eos is not None:
-        eos.add(tok_eos)
-    return eos
 
 
 #: quiet steps (see VerifyActor._quiet) whose verdicts the policy gets in one burst

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specactor.verifier.tree import matched
+from specactor.engine.tree import matched
 
 
 @dataclass

@@ -7,7 +7,7 @@ specactor's position-keyed one (the model runner's sampling step is
 replaced), so a draft token is accepted iff it equals the token the target
 itself samples at that position: the output is the same with or without
 drafts, at any temperature. :class:`~specactor.vllm_backend.engine.VllmEngine`
-has the contract of :class:`specactor.verifier.engine.Engine`, so the
+has the contract of :class:`specactor.engine.llm_engine.Engine`, so the
 VerifyActor, its draft book, verdicts, policy feed, progress reports and
 weight updates work unchanged on either backend.
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specactor.protocol import FinishReason, Verdict
-from specactor.verifier.engine import Candidate, Sequence, ServesToCompletion, StepReport, check_sequence
-from specactor.verifier.tree import matched
+from specactor.engine.sequence import Candidate, Sequence, ServesToCompletion, StepReport, check_sequence
+from specactor.engine.tree import matched
 
 #: the settings vLLM must run with here: the engine core in this process, the V1 model runner (the
 #: one the patch replaces a method of)
@@ -51,8 +51,8 @@ class VllmModel:
     """What weight updates need of ``engine.model``: the checkpoint's shapes and a loader."""
 
     def __init__(self, llm: Any, folder: Path) -> None:
-        from specactor.verifier.config import ModelConfig
-        from specactor.verifier.model import hf_shapes
+        from specactor.engine.config import ModelConfig
+        from specactor.engine.model import hf_shapes
 
         self.llm = llm
         self.cfg = ModelConfig.from_dir(folder)

@@ -35,7 +35,7 @@ from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.outputs import SamplerOutput  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from specactor.verifier.sampler import SamplingBatch, sample  # noqa: E402
+from specactor.engine.sampler import SamplingBatch, sample  # noqa: E402
 
 #: SamplingParams.extra_args key: [seed, resumed output tokens, temperature, top_k, top_p]
 EXTRA_KEY = "specactor"

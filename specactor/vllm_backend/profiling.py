@@ -1,7 +1,7 @@
 """vLLM's cost profile: how long a whole vLLM step takes, by batch size and tokens verified a row.
 
 The policy decides where drafts pay from the ratio of a verify step to a decode
-step at each batch size (see :mod:`specactor.policy.profiling`). vLLM's steps
+step at each batch size (see :mod:`specactor.engine.profiling`). vLLM's steps
 cost what they cost on vLLM, not what our engine's forwards cost: a step here
 is the scheduler, the forward, the sampling and the output processing, and
 that is what drafting adds to or saves. So the backend is profiled through
@@ -27,10 +27,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from specactor.policy.cost_model import HALF_ROWS_FROM
-from specactor.policy.profiling import QUICK, cpu_model
+from specactor.engine.profiling import HALF_ROWS_FROM
+from specactor.engine.profiling import QUICK, cpu_model
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Sequence
+from specactor.engine.sequence import Sequence
 
 
 #: Seconds vLLM's profile may take at start-up (vLLM's own start takes 10-30 s of the verifier's 120 s).

@@ -41,7 +41,8 @@ def test_a_shift_is_caught_as_often_as_the_power_says() -> None:
 
 def test_our_engines_samples_pass_and_a_hotter_sampler_fails() -> None:
     from specactor.protocol import SamplingParams
-    from specactor.verifier.engine import Engine, Sequence
+    from specactor.engine.llm_engine import Engine
+    from specactor.engine.sequence import Sequence
     from tests.conftest import ours_from_hf, tiny_hf_model
 
     model = ours_from_hf(tiny_hf_model("llama", seed=3, vocab=256))

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specactor.bench.model_shapes import SHAPES, hf_config, model_shape
-from specactor.verifier.config import ModelConfig
-from specactor.verifier.model import CausalLM
+from specactor.engine.config import ModelConfig
+from specactor.engine.model import CausalLM
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

@@ -149,8 +149,8 @@ def test_the_ceilings_are_simulated_on_the_profile_the_policy_used(tiny_checkpoi
     """This machine's cached profile for the engine's backend and setting (another backend's or
     another dtype's never stands in for it), a named file as named, else the packaged one."""
     from specactor.bench.suite import ceiling_cost, profile_label
-    from specactor.policy.profiling import Grid, ensure_profile, measure
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.profiling import Grid, ensure_profile, measure
+    from specactor.engine.weights import load_causal_lm
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(tmp_path / "cache"))
     engine = EngineConfig(model=str(tiny_checkpoint), verifier_threads=1, profile="auto")  # the tests' default: packaged

@@ -11,7 +11,7 @@ from specactor.actor import ActorSystem
 from specactor.actor.probes import Collector
 from specactor.drafters import actor as actor_module
 from specactor.drafters.actor import DraftActor
-from specactor.drafters.base import decoupled_lookahead
+from specactor.speculation import decoupled_lookahead
 from specactor.drafters.ngram import NgramDrafter
 
 WINDOW = 8

@@ -13,8 +13,9 @@ import torch
 from specactor.drafters.base import DraftState
 from specactor.drafters.learned import LearnedDrafter, RolloutBuffer, build_student, frequent_vocab
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.verifier import Verifier
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.verifier.verify_loop import Verifier
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 
@@ -84,7 +85,7 @@ def test_the_rollout_buffer_keeps_the_newest_within_its_bound() -> None:
 def test_the_student_starts_as_the_targets_first_layers(target) -> None:
     student = build_student(target, layers=1, vocab=list(range(256)))
     tokens = torch.tensor([1, 5, 9, 30])
-    from specactor.verifier.kv_cache import KVCache
+    from specactor.engine.kv_cache import KVCache
 
     first = copy.deepcopy(target)
     first.layers = first.layers[:1]
@@ -132,7 +133,7 @@ def test_its_drafts_never_change_the_output(target, temperature: float) -> None:
 def test_sampling_over_its_vocabulary_is_the_targets_rule_restricted_to_it(target, seed, position, temperature,
                                                                           kept) -> None:
     """The drafter's token is what the target's sampler picks when every other token is ruled out."""
-    from specactor.verifier.sampler import SamplingBatch, sample
+    from specactor.engine.sampler import SamplingBatch, sample
 
     drafter = LearnedDrafter(target, layers=1, vocab=256, max_slots=2, max_len=64)
     generator = torch.Generator().manual_seed(seed % 1000)

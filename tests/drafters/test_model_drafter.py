@@ -9,7 +9,8 @@ from specactor.drafters.base import DraftState
 from specactor.drafters.model import Int8WeightLinear, ModelDrafter, default_model_drafter
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 

@@ -11,7 +11,8 @@ import signal
 
 import pytest
 
-from specactor.coordinator import EngineConfig, RolloutEngine
+from specactor.config import EngineConfig
+from specactor.rollout_engine import RolloutEngine
 from specactor.protocol import SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -263,11 +264,11 @@ async def test_aborted_requests_leave_nothing_in_the_policy_or_the_verifier(tiny
 async def test_weight_chunks_in_flight_are_bounded_in_bytes(tiny_checkpoint, session_cache, monkeypatch) -> None:
     """ZeroMQ counts messages, not bytes: every WEIGHT_SYNC_BYTES the engine waits until each holder
     has taken what it was sent, and the update still lands whole."""
-    import specactor.coordinator as coordinator
+    import specactor.rollout_engine as rollout_engine
     from specactor.weight_update import read_checkpoint
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
-    monkeypatch.setattr(coordinator, "WEIGHT_SYNC_BYTES", 64 << 10)
+    monkeypatch.setattr(rollout_engine, "WEIGHT_SYNC_BYTES", 64 << 10)
     update = _perturbed(read_checkpoint(tiny_checkpoint))
     params = SamplingParams(temperature=1.0, max_tokens=20, seed=2)
     reference = await _undisturbed(tiny_checkpoint, params, update=update)

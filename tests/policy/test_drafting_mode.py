@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from specactor.drafters.base import decoupled_lookahead
+from specactor.speculation import decoupled_lookahead
 from specactor.policy.bandit import FastestOfN
 from specactor.policy.cost_model import CostModel, decoupled_work
 from specactor.policy.simulation import FixedPolicy, PlainPolicy, SimRequest, Simulator

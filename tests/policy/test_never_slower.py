@@ -211,7 +211,7 @@ def test_a_drafter_on_the_verifier_s_own_hardware_is_priced_so(batch: int) -> No
 
 @pytest.mark.parametrize("batch", [1, 8])
 def test_a_policy_told_a_tenth_of_each_step_prices_its_drafters_too_slow(batch: int) -> None:
-    """What the engine's step clock is for (:mod:`specactor.verifier.step_clock`): a GPU step timed
+    """What the engine's step clock is for (:mod:`specactor.engine.step_clock`): a GPU step timed
     by the host's clock says its launch, a tenth of it or less. A cheap drafter at a tenth of a
     decode step a token, right 90% of the time, hides beside the true step; a policy that corrects
     its profile by launch times believes the drafter cannot keep up and drafts too little."""

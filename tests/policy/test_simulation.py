@@ -73,7 +73,7 @@ def test_the_simulator_scores_a_shadowed_request_as_live_every_stride_or_while_i
     """Live, a shadow-scoring drafter hears of its requests every SHADOW_STRIDE steps and drafts far
     enough to cover them: a request it drafts right for is scored on every step, one it drafts
     wrong for about once a stride. A replay scoring every step would see 4x the misses live has."""
-    from specactor.drafters.base import SHADOW_STRIDE
+    from specactor.speculation import SHADOW_STRIDE
 
     policy = _Scored(Choice(["ngram"], 0, True))
     Simulator(CostModel.from_profile(), plan_every=4).run(

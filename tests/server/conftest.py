@@ -10,8 +10,9 @@ import pytest
 
 from specactor.protocol import SamplingParams
 from specactor.seeds import sample_seed
-from specactor.server.serve import DaemonProcess
-from specactor.verifier.engine import Engine, Sequence
+from specactor.cli.serve import DaemonProcess
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
 
 MAX_LEN = 512
 

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from specactor.protocol import FinishReason, SamplingParams
 from specactor.server.client import RemoteError, RolloutClient
-from specactor.verifier.weights import load_causal_lm, load_state_dict
+from specactor.engine.weights import load_causal_lm, load_state_dict
 from tests.server.conftest import reference_tokens
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specactor import EngineConfig, RolloutClient, RolloutEngine, SamplingParams
-from specactor.server.serve import DaemonProcess
+from specactor.cli.serve import DaemonProcess
 from tests.scripts import load_script
 
 PROMPT = [1, 9690, 198, 2683, 314, 3365]
@@ -45,7 +45,7 @@ def _cli_rollout(tmp_path: Path, tiny_checkpoint: Path, session_cache: Path) -> 
                        + json.dumps({"id": "X", "prompt_ids": PROMPT, "seed": SEED, "n": N}) + "\n")
     out = tmp_path / "out.jsonl"
     run = subprocess.run(
-        [sys.executable, "-m", "specactor.cli", "rollout", "--prompts", str(prompts), "--out", str(out),
+        [sys.executable, "-m", "specactor", "rollout", "--prompts", str(prompts), "--out", str(out),
          "--model", str(tiny_checkpoint), "--mode", "coupled", "--max-tokens", str(TOKENS), "--max-batch", "1",
          "--seed", "999"], capture_output=True, text=True, timeout=600,
         env={**os.environ, "SPECACTOR_CACHE": str(session_cache)})

@@ -105,7 +105,7 @@ async def test_a_shadow_scored_request_is_drafted_a_stride_ahead_and_a_speculati
     """Window 0 (the policy scores a free method's drafts for a request it keeps off): a step
     checks one drafted token, so a long lookahead would mostly be thrown away and drafted again;
     the drafter hears of it every SHADOW_STRIDE steps, so its draft covers those."""
-    from specactor.drafters.base import decoupled_lookahead, shadow_lookahead
+    from specactor.speculation import decoupled_lookahead, shadow_lookahead
 
     async with ActorSystem("inproc") as system:
         policy, client, drafter = Collector("policy"), Collector("client"), Collector("draft-ngram")
@@ -179,7 +179,7 @@ async def test_a_drafter_drafting_only_for_shadowed_requests_hears_every_stride_
     for a request that is only scored, the drafter gets SHADOW_STRIDE steps' verdicts at a time,
     all of them, in order, the last one as soon as the request finishes. A speculating request's
     drafter hears of every step at once, and so does a coupled one's (its step waits for the draft)."""
-    from specactor.drafters.base import SHADOW_STRIDE
+    from specactor.speculation import SHADOW_STRIDE
 
     decoupled, coupled = p.DraftMode.DECOUPLED, p.DraftMode.COUPLED
     for window, mode, most in ((0, decoupled, SHADOW_STRIDE), (4, decoupled, 1), (0, coupled, 1)):

@@ -11,9 +11,10 @@ import torch
 from specactor.drafters.base import DraftState
 from specactor.drafters.model import ModelDrafter
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.sampler import SamplingBatch, gumbel_noise, sample
-from specactor.verifier.verifier import Verifier
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.sampler import SamplingBatch, gumbel_noise, sample
+from specactor.verifier.verify_loop import Verifier
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -122,7 +123,7 @@ async def test_a_specactor_rollout_on_the_gpu_gives_the_autoregressive_tokens(ti
                                                                              monkeypatch) -> None:
     """The whole path (RolloutEngine, verifier and drafter actors, policy) with device="cuda"."""
     from specactor.config import EngineConfig
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
     prompts = _prompts([6, 10, 3, 8], seed=5)

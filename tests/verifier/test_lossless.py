@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.verifier import Verifier
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.verifier.verify_loop import Verifier
 from tests.conftest import TEST_DEVICE, ours_from_hf, tiny_hf_model
 
 VOCAB = 256

@@ -11,8 +11,8 @@ TEXTS = ["def add(a, b):\n", 'def fib(n):\n    """Return the n-th Fibonacci numb
 def setup(default_model):
     """(VllmEngine, our Engine on its own copy of the model, the prompts' token ids)."""
     pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
-    from specactor.verifier.engine import Engine
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.llm_engine import Engine
+    from specactor.engine.weights import load_causal_lm
     from specactor.vllm_backend.engine import VllmEngine
 
     folder, _, tok = default_model

@@ -7,7 +7,7 @@ from typing import Callable
 from specactor.drafters.base import DraftState
 from specactor.drafters.ngram import NgramDrafter
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Sequence
+from specactor.engine.sequence import Sequence
 
 
 def sequences(prompts: list[list[int]], temperature: float, max_tokens: int = 40, seed: int = 11) -> list[Sequence]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
 from specactor.protocol import SamplingParams  # noqa: E402
-from specactor.verifier.engine import Sequence  # noqa: E402
+from specactor.engine.sequence import Sequence
 from tests.vllm_backend.engine_runs import run_to_end as _run  # noqa: E402
 from tests.vllm_backend.engine_runs import sequences as _seqs  # noqa: E402
 

@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
 from specactor.policy.cost_model import CostModel  # noqa: E402
-from specactor.policy.profiling import write_profile  # noqa: E402
-from specactor.policy.profiling import grid_for  # noqa: E402
+from specactor.engine.profiling import write_profile  # noqa: E402
+from specactor.engine.profiling import grid_for  # noqa: E402
 from specactor.vllm_backend.profiling import measure_vllm  # noqa: E402
 from tests.vllm_backend.engine_runs import run_to_end, sequences  # noqa: E402
 

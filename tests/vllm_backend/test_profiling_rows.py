@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from specactor.protocol import FinishReason
-from specactor.verifier.engine import Sequence
+from specactor.engine.sequence import Sequence
 from specactor.vllm_backend.profiling import measure_vllm
 
 CHUNKS, CONTEXT = (1, 2, 4), 16

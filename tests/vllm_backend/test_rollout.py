@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="backend vllm: install it with `bash scripts/setup.sh --vllm`")
 
-from specactor.coordinator import EngineConfig, RolloutEngine  # noqa: E402
+from specactor.config import EngineConfig  # noqa: E402
+from specactor.rollout_engine import RolloutEngine  # noqa: E402
 from specactor.protocol import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow

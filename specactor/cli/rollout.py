@@ -20,11 +20,12 @@ from typing import Any, Callable
 
 import msgspec
 
+from specactor.backends import check_backend
 from specactor.config import EngineConfig
 from specactor.events import configure_events, get_logger
 from specactor.prompts import Prompt, load_prompts
 from specactor.protocol import RequestResult, SamplingParams
-from specactor.requests import Call, Job, expand
+from specactor.calls import Call, Job, expand
 
 
 @dataclass
@@ -90,12 +91,12 @@ def result_line(prompt: Prompt, job: Job, result: RequestResult, latency_s: floa
 
 def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
     """Run a rollout end to end; returns the summary (also printed)."""
-    from specactor.models import resolve_model
+    from specactor.engine.model_registry import resolve_model
     from specactor.tokenizer import Tokenizer
-    from specactor.verifier.config import ModelConfig
-    from specactor.verifier.kv_cache import KVCache
+    from specactor.engine.config import ModelConfig
+    from specactor.engine.kv_cache import KVCache
 
-    opts.engine.check()
+    check_backend(opts.engine)
     events = opts.engine.events_path
     if events:  # this process's events too (the summary), not only the engine's
         configure_events(events, console_level="warning")
@@ -191,7 +192,7 @@ async def _generate(config: EngineConfig, jobs: list[Job], progress: "_Progress"
                     keep: Callable[[RequestResult, float], None]) -> tuple[dict[str, float], float, float]:
     """Run ``jobs``, handing each result to ``keep`` with its latency as it finishes; returns the
     verifier's stats, start-up and generation seconds."""
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
 
     tokens = 0
     begin = time.perf_counter()
@@ -272,7 +273,7 @@ def check_kv_memory(cfg: Any, max_batch: int, max_len: int, dtype: Any = None, f
     import psutil
     import torch
 
-    from specactor.verifier.kv_cache import KVCache
+    from specactor.engine.kv_cache import KVCache
 
     need = KVCache.bytes_needed(cfg, max_batch, max_len, dtype or torch.float32)
     available = psutil.virtual_memory().available

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from specactor.config import EngineConfig
-from specactor.policy import profiling
+from specactor.engine import profiling
 from specactor.policy.cost_model import CostModel
-from specactor.policy.profiling import (QUICK, Grid, ensure_profile, find_profile, grid_for, measure, profile_key,
+from specactor.engine.profiling import (QUICK, Grid, ensure_profile, find_profile, grid_for, measure, profile_key,
                                         profile_path, resolve_profile)
 
 TINY_GRID = Grid(batch_sizes=(1, 2, 4), chunk_lens=(1, 2, 4), context=16, repeats=1)
@@ -27,7 +27,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def model(tiny_checkpoint: Path):
     """A model of its own (profiling packs it; the session's tiny_model stays as it is)."""
-    from specactor.verifier.weights import load_causal_lm
+    from specactor.engine.weights import load_causal_lm
 
     return load_causal_lm(tiny_checkpoint)
 
@@ -52,7 +52,7 @@ def test_the_key_is_stable_and_names_model_setting_and_machine(tiny_checkpoint: 
 
 
 def test_measure_times_the_packed_model_in_the_cost_models_format(model, tmp_path: Path) -> None:
-    from specactor.verifier.packed import PackedLinear, packing_available
+    from specactor.engine.prepacked_linear import PackedLinear, packing_available
 
     packable = packing_available(model.embed.weight)
     profile = measure(model, (1, 2, 4), (1, 2, 4), context=16, repeats=1, sample=True)
@@ -111,7 +111,7 @@ def test_with_cuda_graphs_the_profile_times_the_padded_steps_and_is_cached_apart
                                                                                  monkeypatch) -> None:
     """Steps replayed as CUDA graphs are padded to a bucket and cost what a replay costs: the profile
     of a graphed engine times those steps (on a CPU, uncaptured) and is kept under its own key."""
-    from specactor.verifier import cuda_graphs
+    from specactor.engine import cuda_graphs
 
     padded: list[tuple[int, int]] = []
     real = cuda_graphs.padded_forward
@@ -249,7 +249,7 @@ async def test_the_policy_gets_this_machines_cached_profile(model, tiny_checkpoi
     cached under the thread count the verifier reports, and the policy decides on it."""
     import torch
 
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
     from specactor.protocol import SamplingParams
 
     path = ensure_profile(model, tiny_checkpoint, threads=torch.get_num_threads(), grid=TINY_GRID,
@@ -278,8 +278,8 @@ async def test_our_engine_s_verifier_measures_its_window_s_chunk(model, tiny_che
     at start-up, up to window + 1 tokens a row."""
     import torch
 
-    from specactor.coordinator import RolloutEngine
-    from specactor.policy import profiling
+    from specactor.rollout_engine import RolloutEngine
+    from specactor.engine import profiling
     from specactor.protocol import SamplingParams
 
     cached = ensure_profile(model, tiny_checkpoint, threads=torch.get_num_threads(), grid=TINY_GRID,

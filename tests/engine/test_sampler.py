@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from specactor.verifier.sampler import SamplingBatch, gumbel_noise, sample, token_uniforms, uniform_noise
+from specactor.engine.sampler import SamplingBatch, gumbel_noise, sample, token_uniforms, uniform_noise
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 
@@ -109,7 +109,7 @@ def test_different_seeds_and_positions_give_different_noise() -> None:
 def _rows_hitting_the_top_uniform(vocab: int, wanted: int = 3) -> list[tuple[int, int]]:
     """(row of seeds 0.., token) pairs whose 24-bit uniform is the largest one, 2**24 - 1
     (about one row in 340 over a 49k vocabulary)."""
-    from specactor.verifier.sampler import _as_i32, _fmix32_i32, _token_key, row_keys
+    from specactor.engine.sampler import _as_i32, _fmix32_i32, _token_key, row_keys
 
     seeds = torch.arange(4096, dtype=torch.int64)
     keys = _as_i32(row_keys(seeds, torch.zeros_like(seeds)))
@@ -157,7 +157,7 @@ def test_what_the_host_knows_changes_no_sample(rows, block) -> None:
     log-probs as asking the tensors."""
     import dataclasses
 
-    from specactor.verifier import sampler
+    from specactor.engine import sampler
 
     logits = torch.randn(len(rows), 300, generator=torch.Generator().manual_seed(len(rows)))
     informed = SamplingBatch.build(rows)

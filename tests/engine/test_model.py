@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.model import CausalLM
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.model import CausalLM
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 #: Measured max |logit difference| vs transformers (fp32, CPU): tiny models
@@ -60,7 +60,7 @@ def test_logits_match_transformers_for_any_chunking(tiny_pair, batch) -> None:
 def test_few_drafting_rows_attend_apart_and_match_transformers(tiny_pair) -> None:
     """When at most half the rows verify drafts, those rows get an attention part of their own
     (the decode rows do not pad to the longest draft); the logits stay those of transformers."""
-    from specactor.verifier.model import StepLayout
+    from specactor.engine.model import StepLayout
 
     hf, ours = tiny_pair
     layout = StepLayout.build([1, 6, 1, 1], [10, 12, 8, 9], 2, torch.device("cpu"))
@@ -77,7 +77,7 @@ def test_many_rows_drafting_a_little_pad_with_the_rest_instead() -> None:
     """A part of their own saves the decode rows the padding to the longest draft, but costs its
     rows more than padding does when many rows draft a short way (the cold start's explorations:
     window 1): then every row is padded in one part."""
-    from specactor.verifier.model import StepLayout
+    from specactor.engine.model import StepLayout
 
     starts = [100 + i for i in range(32)]
 

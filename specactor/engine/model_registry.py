@@ -45,7 +45,7 @@ FORMAT_VERSION = 1
 MARKER = "specactor.json"
 
 # Model types a local checkpoint may have: the ones the verifier supports.
-from specactor.verifier.config import SUPPORTED_MODEL_TYPES  # noqa: E402
+from specactor.engine.config import SUPPORTED_MODEL_TYPES  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from specactor.cli import main
+from specactor.cli.main import main
 
 
 def _rollout(path, outputs: list[list[int]]) -> str:

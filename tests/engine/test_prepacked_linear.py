@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.packed import PackedLinear, packing_available
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.prepacked_linear import PackedLinear, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(torch.zeros(1)), reason="this torch has no oneDNN packing")
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.model import ATTENTION_BACKENDS, AttentionPart, CausalLM, StepLayout, rms_norm
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.model import ATTENTION_BACKENDS, AttentionPart, CausalLM, StepLayout, rms_norm
 from torch.nn.attention import sdpa_kernel
 
 #: Chunk lengths a graph is captured for: a decode step (1) and a verify step of 1, 2, 4, 8 or 16

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specactor.protocol import SamplingParams
-from specactor.verifier.cuda_graphs import CHUNK_BUCKETS, GraphedSteps, bucket, padded_forward
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.kv_cache import KVCache
+from specactor.engine.cuda_graphs import CHUNK_BUCKETS, GraphedSteps, bucket, padded_forward
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.kv_cache import KVCache
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 VOCAB = 256

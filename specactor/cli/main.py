@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from specactor import __version__
-from specactor.engine_flags import add_engine_arguments, positive_int
+from specactor.cli.engine_flags import add_engine_arguments, positive_int
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -55,9 +55,9 @@ def _events_plot(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from specactor.engine_flags import engine_config_from_args
+    from specactor.cli.engine_flags import engine_config_from_args
     from specactor.prompts import PromptFileError
-    from specactor.rollout import RolloutOptions, run_rollout
+    from specactor.cli.rollout import RolloutOptions, run_rollout
 
     try:
         opts = RolloutOptions(
@@ -86,8 +86,8 @@ def _probability(text: str) -> float:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from specactor.engine_flags import engine_config_from_args
-    from specactor.server.serve import ServeOptions, run_daemon
+    from specactor.cli.engine_flags import engine_config_from_args
+    from specactor.cli.serve import ServeOptions, run_daemon
 
     try:
         return run_daemon(ServeOptions(engine_config_from_args(args), endpoint=args.endpoint,
@@ -123,7 +123,7 @@ def _bench(args: argparse.Namespace) -> int:
     import time
 
     from specactor.bench.suite import BenchOptions, run_suite, write_outputs
-    from specactor.engine_flags import engine_config_from_args
+    from specactor.cli.engine_flags import engine_config_from_args
 
     fields: dict = {k: v for k, v in {
         "prompts": args.prompts, "n": args.n, "max_tokens": args.max_tokens, "epochs": args.epochs,
@@ -274,7 +274,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _add_replay(commands: argparse._SubParsersAction) -> None:
-    from specactor.drafters.base import DEFAULT_WINDOW
+    from specactor.speculation import DEFAULT_WINDOW
 
     replay = commands.add_parser(
         "replay",

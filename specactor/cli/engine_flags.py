@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from specactor.backends import check_backend
 from specactor.config import BACKENDS, DTYPES, MODES, EngineConfig
 
 #: Flags a command may leave out, because it sets the field itself (bench: mode and drafters per
@@ -110,5 +111,5 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
     if getattr(args, "profile", None) is not None:
         fields["profile"] = args.profile
     config = EngineConfig(**{**fields, **overrides})
-    config.check()
+    check_backend(config)
     return config

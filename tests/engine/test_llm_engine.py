@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import FinishReason, SamplingParams
-from specactor.verifier.engine import Engine, Sequence
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 

@@ -27,7 +27,7 @@ class ServeOptions:
 
 
 async def _main(opts: ServeOptions) -> None:
-    from specactor.coordinator import RolloutEngine
+    from specactor.rollout_engine import RolloutEngine
     from specactor.server.daemon import serve
 
     if opts.client_timeout_s <= 0 or opts.drain_timeout_s < 0:
@@ -70,7 +70,7 @@ class DaemonProcess:
         import subprocess
         import threading
 
-        proc = subprocess.Popen([sys.executable, "-m", "specactor.cli", "serve", "--endpoint", "tcp://127.0.0.1:0",
+        proc = subprocess.Popen([sys.executable, "-m", "specactor", "serve", "--endpoint", "tcp://127.0.0.1:0",
                                  *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         log: list[str] = []
         ready = threading.Event()

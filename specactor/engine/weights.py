@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from specactor.verifier.config import ModelConfig
-from specactor.verifier.model import CausalLM
+from specactor.engine.config import ModelConfig
+from specactor.engine.model import CausalLM
 
 
 def load_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _cli(args: list[str], cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SPECACTOR_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "specactor.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "specactor", *args], capture_output=True, text=True,
                           env=env, timeout=600)
 
 
@@ -76,7 +76,7 @@ def test_rollout_errors_are_clear(tmp_path: Path, session_cache: Path, args: lis
 
 
 def test_help_explains_the_command() -> None:
-    run = subprocess.run([sys.executable, "-m", "specactor.cli", "rollout", "--help"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "specactor", "rollout", "--help"], capture_output=True, text=True)
     assert run.returncode == 0
     for flag in ("--prompts", "--out", "--model", "--mode", "--drafters", "--temperature", "--top-p", "--top-k",
                  "--max-tokens", "--n", "--seed", "--events"):
@@ -87,13 +87,13 @@ def test_help_explains_the_command() -> None:
 def test_help_shows_defaults_but_never_none(command: str) -> None:
     """Options resolved later (per backend or mode) say how in their help; argparse's
     "(default: None)" beside that would contradict it."""
-    run = subprocess.run([sys.executable, "-m", "specactor.cli", command, "--help"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "specactor", command, "--help"], capture_output=True, text=True)
     assert run.returncode == 0
     assert "(default: None)" not in run.stdout and "(default: " in run.stdout
 
 
 def test_kv_cache_that_cannot_fit_is_refused_up_front(default_model) -> None:
-    from specactor.rollout import check_kv_memory
+    from specactor.cli.rollout import check_kv_memory
 
     _, model, _ = default_model
     check_kv_memory(model.cfg, 4, 512)
@@ -128,9 +128,9 @@ def test_engine_flags_reach_the_verifier_process(tmp_path: Path, tiny_checkpoint
 def test_rollout_never_loads_the_model_in_its_own_process(tmp_path: Path, tiny_checkpoint: Path,
                                                           session_cache: Path, monkeypatch) -> None:
     """The verifier's process holds the model; the rollout's holds only the tokenizer."""
-    import specactor.verifier.weights as weights
+    import specactor.engine.weights as weights
     from specactor.config import EngineConfig
-    from specactor.rollout import RolloutOptions, run_rollout
+    from specactor.cli.rollout import RolloutOptions, run_rollout
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the rollout process loaded the model")
@@ -148,13 +148,13 @@ def _engine_config_of(command: str, args: list[str], monkeypatch) -> EngineConfi
     """The EngineConfig that ``specactor COMMAND ARGS`` hands its run, through the command's own
     handler, with the run itself replaced by a recorder."""
     import specactor.bench.suite
-    import specactor.rollout
-    import specactor.server.serve
-    from specactor.cli import main
+    import specactor.cli.rollout
+    import specactor.cli.serve
+    from specactor.cli.main import main
 
     seen = []
-    monkeypatch.setattr(specactor.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
-    monkeypatch.setattr(specactor.server.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
+    monkeypatch.setattr(specactor.cli.rollout, "run_rollout", lambda opts: seen.append(opts.engine))
+    monkeypatch.setattr(specactor.cli.serve, "run_daemon", lambda opts: seen.append(opts.engine) or 0)
     monkeypatch.setattr(specactor.bench.suite, "run_suite", lambda opts, progress: seen.append(opts.engine) or 1 / 0)
     with pytest.raises(ZeroDivisionError) if command == "bench" else contextlib.nullcontext():
         main([command, *args])
@@ -189,7 +189,7 @@ def test_every_command_hands_its_flags_to_the_engine_config(command: str, monkey
 def test_a_rollout_with_failed_samples_keeps_the_old_output(tmp_path: Path, tiny_checkpoint: Path,
                                                             session_cache: Path, monkeypatch) -> None:
     """Failed samples: OUT stays as it was, every line goes to OUT.failed.jsonl, the error is named."""
-    import specactor.rollout as rollout
+    import specactor.cli.rollout as rollout
     from specactor.config import EngineConfig
     from specactor.protocol import FinishReason
 
@@ -226,7 +226,7 @@ def test_resume_generates_only_the_missing_samples_and_they_are_the_same(tmp_pat
     """An interrupted run: its finished samples are in OUT.partial.jsonl (the last line cut short by
     the interruption); --resume generates only the others, and OUT ends up identical to an
     uninterrupted run's."""
-    import specactor.rollout as rollout
+    import specactor.cli.rollout as rollout
     from specactor.config import EngineConfig
 
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
@@ -275,7 +275,7 @@ def test_the_window_defaults_to_the_backend_s_and_a_given_one_is_kept() -> None:
     from dataclasses import replace
 
     from specactor.config import VLLM_WINDOW, EngineConfig
-    from specactor.drafters.base import DEFAULT_WINDOW
+    from specactor.speculation import DEFAULT_WINDOW
 
     assert EngineConfig().max_window == DEFAULT_WINDOW == 16
     assert EngineConfig(backend="vllm").max_window == VLLM_WINDOW == 8

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specactor import models
-from specactor.models import (
+from specactor.engine import model_registry as models
+from specactor.engine.model_registry import (
     DEFAULT_MODEL,
     MARKER,
     REGISTRY,

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from specactor.verifier.config import ModelConfig, rope_inv_freq
-from specactor.verifier.kv_cache import KVCache
-from specactor.verifier.packed import PackedLinear, packing_available
+from specactor.engine.config import ModelConfig, rope_inv_freq
+from specactor.engine.kv_cache import KVCache
+from specactor.engine.prepacked_linear import PackedLinear, packing_available
 
 
 #: Attention kernels a step may use. Not cuDNN's: on Hopper torch prefers it for bfloat16, and it
@@ -41,7 +41,7 @@ class AttentionPart:
     q_offsets: torch.Tensor  # [Tp] index of each within its row's padded queries
     mask: torch.Tensor | None  # [Bp, 1, G*Lq, Lk] bool, None if no masking needed
     max_q: int
-    #: every row feeds exactly max_q tokens, rows in order (a padded step, specactor.verifier.cuda_graphs):
+    #: every row feeds exactly max_q tokens, rows in order (a padded step, specactor.engine.cuda_graphs):
     #: the flat queries are already the padded layout, so attention neither pads nor gathers them
     dense: bool = False
 
@@ -256,7 +256,7 @@ class CausalLM(torch.nn.Module):
 
     def pack(self) -> bool:
         """Prepack every linear layer for oneDNN where that works (CPU, float32; see
-        :mod:`specactor.verifier.packed`); returns whether the model is packed. Inference only:
+        :mod:`specactor.engine.prepacked_linear`); returns whether the model is packed. Inference only:
         only the packed copies are kept, and weight updates repack them."""
         if isinstance(self.lm_head, PackedLinear):
             return True

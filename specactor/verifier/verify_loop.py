@@ -21,8 +21,9 @@ was stored, so one that arrives late counts its miss as well as its run.
 from __future__ import annotations
 
 from specactor.verifier.drafts import DraftBook
-from specactor.verifier.engine import Engine, Sequence, StepReport
-from specactor.verifier.tree import matched
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence, StepReport
+from specactor.engine.tree import matched
 
 
 def _score(draft: list[int], committed: list[int]) -> list[int]:

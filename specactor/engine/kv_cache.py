@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from specactor.verifier.config import ModelConfig
+from specactor.engine.config import ModelConfig
 
 
 class KVCache:

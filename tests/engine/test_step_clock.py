@@ -1,4 +1,4 @@
-"""The engine times a step's forward as the device ran it (:mod:`specactor.verifier.step_clock`):
+"""The engine times a step's forward as the device ran it (:mod:`specactor.engine.step_clock`):
 the policy corrects its cost profile by these times, and the event log reports them."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from specactor.protocol import SamplingParams
-from specactor.verifier.engine import Engine, Sequence
-from specactor.verifier.step_clock import StepClock
+from specactor.engine.llm_engine import Engine
+from specactor.engine.sequence import Sequence
+from specactor.engine.step_clock import StepClock
 
 
 def test_on_a_cpu_the_forward_and_the_rest_are_the_host_clock_between_the_marks() -> None:

@@ -25,7 +25,7 @@ engine's window + 1 (:func:`grid_for`), about 20-40 s for the default model on a
 and cached. The cache key is the model's folder
 name, dtype, device, torch's thread count, the CPU model and torch's version
 (:func:`profile_key`); files live in ``<cache>/profiles/`` (see
-:func:`specactor.models.cache_dir`).
+:func:`specactor.engine.model_registry.cache_dir`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -48,6 +49,65 @@ from typing import Any, Callable, Iterator
 #: the same length, which let a batch of decode rows skip the attention mask a live step builds).
 #: 3: half the rows fed a chunk (``half_rows_s``), the third point of a step's cost by drafting rows.
 PROFILE_VERSION = 3
+
+#: the smallest batch whose half-rows figure is a point of its own (``batch // 2`` rows, at least 2);
+#: below it the profiles store the one-row figure there, and the cost model does not use it
+HALF_ROWS_FROM = 4
+
+
+@dataclass
+class ProfileTables:
+    """A profile's timings, checked: seconds by batch size (rows) and chunk length (columns)."""
+
+    batch_sizes: list[int]
+    chunk_lens: list[int]
+    forward_s: list[list[float]]
+    one_row_s: list[list[float]] | None = None
+    half_rows_s: list[list[float]] | None = None
+
+
+def check_profile(text: str, name: str) -> ProfileTables:
+    """The tables of the profile in ``text`` (JSON, as :func:`measure` writes it), or ValueError
+    naming the profile (``name``) and what is wrong with it."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"cost profile {name} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"cost profile {name} is not a JSON object")
+
+    def table(field_name: str) -> list[list[float]]:
+        try:
+            return [list(map(float, row)) for row in data[field_name]]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+
+    try:
+        tables = ProfileTables(list(data["batch_sizes"]), list(data["chunk_lens"]), table("forward_s"))
+    except KeyError as exc:
+        raise ValueError(f"cost profile {name} lacks the field {exc}") from None
+    except TypeError as exc:
+        raise ValueError(f"cost profile {name} has a malformed table: {exc}") from None
+
+    def check(rows: list[list[float]], field_name: str) -> None:
+        if len(rows) != len(tables.batch_sizes) or any(len(row) != len(tables.chunk_lens) for row in rows):
+            raise ValueError(f"cost profile {name}: {field_name} is not batch_sizes x chunk_lens")
+        if any(not (t > 0 and math.isfinite(t)) for row in rows for t in row):
+            raise ValueError(f"cost profile {name}: {field_name} holds a time that is not a positive number")
+
+    if not tables.batch_sizes or not tables.chunk_lens:
+        raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must not be empty")
+    if tables.batch_sizes != sorted(set(tables.batch_sizes)) or tables.chunk_lens != sorted(set(tables.chunk_lens)):
+        raise ValueError(f"cost profile {name}: batch_sizes and chunk_lens must increase")
+    check(tables.forward_s, "forward_s")
+    for field_name in ("one_row_s", "half_rows_s"):
+        if data.get(field_name) is not None:
+            rows = table(field_name)
+            check(rows, field_name)
+            setattr(tables, field_name, rows)
+    if tables.half_rows_s is not None and tables.one_row_s is None:
+        raise ValueError(f"cost profile {name}: half_rows_s needs one_row_s")
+    return tables
 
 
 @dataclass(frozen=True)
@@ -112,7 +172,7 @@ def profile_key(model: str | os.PathLike[str], dtype: str, device: str, threads:
 
 
 def profiles_dir() -> Path:
-    from specactor.models import cache_dir
+    from specactor.engine.model_registry import cache_dir
 
     return cache_dir() / "profiles"
 
@@ -129,17 +189,16 @@ def load_cached(path: Path, key: dict[str, Any], min_chunk: int = 0) -> tuple[bo
     """(usable, why not): the file exists, is a valid profile, was measured for ``key`` and, when
     ``min_chunk`` is given, over chunks up to at least that many tokens a row (a window priced by
     extrapolation past the measured chunks is where the policy went wrong before)."""
-    from specactor.policy.cost_model import CostModel
-
     if not path.is_file():
         return False, "absent"
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
+        data = json.loads(text)
         if not isinstance(data, dict):
             return False, "not a JSON object"
         if data.get("key") != key:
             return False, "measured for another key"
-        CostModel.from_profile(path)
+        check_profile(text, str(path))
         measured = max(data.get("chunk_lens") or [0])
         if measured < min_chunk:
             return False, f"measured chunks up to {measured} tokens a row, the window needs {min_chunk}"
@@ -180,7 +239,7 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
             half_rows: bool = True,
             sample: bool = False, budget_s: float | None = None,
             progress: Callable[[str], None] | None = None, cuda_graphs: bool = False) -> dict[str, Any]:
-    """Time forwards of ``model`` (a :class:`specactor.verifier.model.CausalLM`, packed here as
+    """Time forwards of ``model`` (a :class:`specactor.engine.model.CausalLM`, packed here as
     the engine packs it) over ``batch_sizes`` x ``chunk_lens`` with ``context`` tokens of KV cache
     per row; return the profile (the JSON format :class:`CostModel` reads).
 
@@ -190,15 +249,14 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
     ``sample`` also times the sampler for every position (``sample_s``, informative only);
     ``budget_s`` stops after the batch size during which it ran out (the profile then
     holds the batch sizes measured, and ``"partial": true``). ``cuda_graphs`` times the steps as
-    the engine replays them on a GPU (:mod:`specactor.verifier.cuda_graphs`: padded, captured at
+    the engine replays them on a GPU (:mod:`specactor.engine.cuda_graphs`: padded, captured at
     the warm-up run).
     """
     import torch
 
-    from specactor.policy.cost_model import HALF_ROWS_FROM
-    from specactor.verifier.cuda_graphs import GraphedSteps
-    from specactor.verifier.kv_cache import KVCache
-    from specactor.verifier.sampler import SamplingBatch, sample as sample_logits
+    from specactor.engine.cuda_graphs import GraphedSteps
+    from specactor.engine.kv_cache import KVCache
+    from specactor.engine.sampler import SamplingBatch, sample as sample_logits
 
     batch_sizes, chunk_lens = sorted(set(int(b) for b in batch_sizes)), sorted(set(int(c) for c in chunk_lens))
     if not batch_sizes or not chunk_lens or batch_sizes[0] < 1 or chunk_lens[0] < 1 or repeats < 1:

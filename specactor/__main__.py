@@ -1,0 +1,7 @@
+"""``python -m specactor``: the ``specactor`` command."""
+
+import sys
+
+from specactor.cli.main import main
+
+sys.exit(main())
