@@ -28,8 +28,8 @@ PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides
 #: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: vLLM's long-tail
 #: figures were measured at 8, and at batch 64 x 128 tokens, T=0, the policy drafted ~1,000 tokens
 #: at window 16 in two of three runs (median 0.955x stock vLLM) against a few dozen at 8 (median
-#: 0.987x stock; both ~0.94x the keyed run, so drafting was not that gap's cause; bench/RESULTS.md,
-#: session 10).
+#: 0.987x stock; both ~0.94x the keyed run, so drafting was not that gap's cause;
+#: bench/RESULTS.md, "vLLM backend").
 VLLM_WINDOW = 8
 
 
@@ -68,7 +68,7 @@ class EngineConfig:
     #: run a decode or verify step on the verifier's event-loop thread instead of its worker thread.
     #: None: where steps replay CUDA graphs. Such a step is a few milliseconds of host work around
     #: one launch, and handing it to a thread made it wait on the GIL while the loop took messages:
-    #: on an H200 the host part of a step fell by 0.3-1.0 ms with it (bench/RESULTS.md, session 27).
+    #: on an H200 the host part of a step fell by 0.3-1.0 ms with it (bench/RESULTS.md, "GPU").
     #: On a CPU a step is tens to hundreds of milliseconds of GIL-free matmuls, beside which the loop
     #: takes the drafts in for the next one; steps that admit requests (prefill) always use the thread,
     #: and so does vLLM's step (it schedules and prefills inside), whatever this says.
@@ -80,7 +80,7 @@ class EngineConfig:
     # its own unless this split gives them (drafters_on_verifier): one set aside is lost to every step
     # it does not draft for. On 2 cores the old automatic split (verifier 1 thread, model drafter 1) ran
     # at 0.55-0.82x of autoregressive over batch 1-32 and T=0-1 with the model never drafting, the
-    # shared cores at 0.90-1.01x, the cheap drafters' own level (bench/RESULTS.md, session 27).
+    # shared cores at 0.90-1.01x, the cheap drafters' own level (bench/RESULTS.md, "Speed on CPU").
     verifier_threads: int | None = None
     drafter_threads: int = 1
     events_path: str | None = None  # route this process's events, and its actors', to this JSONL file

@@ -81,7 +81,7 @@ class BatchSteps:
 
     forward_ms: list[float] = field(default_factory=list)
     #: the whole step (sampling and bookkeeping too): on a GPU the forward is the device's time, and
-    #: the host's share around it is where two runs at the same batch can differ (session 22: 10%)
+    #: the host's share around it is where two runs at the same batch can differ (up to 10% on an H100)
     step_ms: list[float] = field(default_factory=list)
     drafted: int = 0
     committed: int = 0

@@ -40,7 +40,7 @@ def decoupled_lookahead(window: int) -> int:
 #: Steps whose verdicts a drafter gets together while it drafts only for shadow-scored requests
 #: (window 0: scored, never verified). Each drafting round costs the caller's process CPU, which on
 #: 2 cores comes out of the verifier's forward: 1.2-2.8 ms a T=1 tail step with any request shadowed
-#: when they came every step (bench/RESULTS.md, the T=1 floor).
+#: when they came every step (bench/RESULTS.md, "Policy and ceilings").
 SHADOW_STRIDE = 4
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from specactor.bench.measure import phase_split
 from specactor.bench.replay_workload import ReplayRequest, replay_requests
 from specactor.speculation import DEFAULT_WINDOW
-from specactor.policy.bandit import ACCEPTANCE_MODELS, DORMANT_SLOWDOWN, FastestOfN
+from specactor.policy.bandit import FastestOfN
+from specactor.policy.bandit_state import ACCEPTANCE_MODELS, DORMANT_SLOWDOWN
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
 

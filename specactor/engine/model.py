@@ -48,7 +48,7 @@ class AttentionPart:
 
 #: What a drafting row costs in an attention part of its own, in padded query positions of a one-part
 #: step: the part is used where it saves more padding (``batch * (longest chunk - 1)``) than its rows
-#: cost. On a 2-core CPU at batch 32 (bench/RESULTS.md, session 27), 16 rows drafting one token each
+#: cost. On a 2-core CPU at batch 32 (bench/RESULTS.md, "Policy and ceilings"), 16 rows drafting one token each
 #: took 112 ms apart and 90 ms padded; one row drafting four, 76 ms apart and 94 ms padded; this
 #: weight picks the faster layout in all nine cases measured there.
 PART_ROW_COST = 10

@@ -42,7 +42,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 #: Bumped when what is measured changes, so that older cached profiles are re-measured.
 #: 2: rows of a batch hold contexts of different lengths, as in a rollout (version 1 gave every row
@@ -264,7 +264,6 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
     packed = model.pack() if hasattr(model, "pack") else False  # what the engine runs (a no-op if packed)
     weight = model.embed.weight
     device, dtype, vocab = weight.device, weight.dtype, model.cfg.vocab_size
-    started = time.perf_counter()
     g = torch.Generator().manual_seed(0)
     longest = max(max(row_contexts(context, b)) for b in batch_sizes)
     cache = KVCache(model.cfg, max(batch_sizes), longest + max(chunk_lens) + 1, dtype=dtype, device=device)
@@ -282,75 +281,149 @@ def measure(model: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: Any = 
         assert graphs is not None
         return graphs.run([row.tolist() for row in tokens.split(q_lens)], list(range(len(tokens))), shape)
 
-    def timed(q_lens: list[int]) -> tuple[float, float]:
-        b, fed = len(q_lens), sum(q_lens)
-        times, stimes = [], []
-        for r in range(repeats + 1):
-            tokens = torch.randint(0, vocab, (fed,), generator=g)
-            tokens = tokens if graphs is not None else tokens.to(device)  # a graphed step takes host lists
-            cache.lengths[:b] = row_contexts(context, b)
-            _sync(device)
-            t0 = time.perf_counter()
-            logits = step(tokens, q_lens)
-            _sync(device)
-            t1 = time.perf_counter()
-            if sample:
-                rows = [(1.0, 0, 1.0, i, cache.lengths[i] + j) for i, q in enumerate(q_lens) for j in range(q)]
-                sample_logits(logits, SamplingBatch.build(rows, device))
-                _sync(device)
-            t2 = time.perf_counter()
-            if r:  # the first run is a warm-up
-                times.append(t1 - t0)
-                stimes.append(t2 - t1)
-        return statistics.median(times), statistics.median(stimes)
+    sampling: list[list[float]] = []  # the sampler's time for every row's positions, by batch and chunk
 
-    forward: list[list[float]] = []
-    one: list[list[float]] = []
-    half: list[list[float]] = []
-    sampling: list[list[float]] = []
-    done: list[int] = []
-    partial = False
+    class Timer:
+        """Forwards of ``batch`` rows, ``rows`` of them fed a chunk and the others one token."""
+
+        def __init__(self, batch: int) -> None:
+            self.batch = batch
+            self.sample_s: list[float] = []
+
+        def time(self, chunk: int, rows: int) -> float:
+            q_lens = [chunk] * rows + [1] * (self.batch - rows)
+            b, fed = len(q_lens), sum(q_lens)
+            times, stimes = [], []
+            for r in range(repeats + 1):
+                tokens = torch.randint(0, vocab, (fed,), generator=g)
+                tokens = tokens if graphs is not None else tokens.to(device)  # a graphed step takes host lists
+                cache.lengths[:b] = row_contexts(context, b)
+                _sync(device)
+                t0 = time.perf_counter()
+                logits = step(tokens, q_lens)
+                _sync(device)
+                t1 = time.perf_counter()
+                if sample:
+                    rows_ = [(1.0, 0, 1.0, i, cache.lengths[i] + j) for i, q in enumerate(q_lens) for j in range(q)]
+                    sample_logits(logits, SamplingBatch.build(rows_, device))
+                    _sync(device)
+                t2 = time.perf_counter()
+                if r:  # the first run is a warm-up
+                    times.append(t1 - t0)
+                    stimes.append(t2 - t1)
+            if rows == self.batch:
+                self.sample_s.append(statistics.median(stimes))
+            return statistics.median(times)
+
+        def note(self) -> str:
+            return f"  sample {self.sample_s[-1] * 1000:6.1f} ms" if sample else ""
+
+        def close(self) -> bool:
+            sampling.append(self.sample_s)
+            return True
+
     with torch.inference_mode():
-        for b in batch_sizes:
-            if budget_s is not None and done and time.perf_counter() - started > budget_s:
-                partial = True
-                break
-            f_row, o_row, h_row, s_row = [], [], [], []
-            for c in chunk_lens:
-                f, s = timed([c] * b)
-                f_row.append(f)
-                s_row.append(s)
-                o = f if (b == 1 or c == 1) or not (one_row or half_rows) else timed([c] + [1] * (b - 1))[0]
-                o_row.append(o)
-                h = o if b < HALF_ROWS_FROM or c == 1 or not half_rows \
-                    else timed([c] * (b // 2) + [1] * (b - b // 2))[0]
-                h_row.append(h)
-                if progress is not None:
-                    progress(f"B={b:3d} C={c:2d}: forward {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
-                             + (f"  half the rows {h * 1000:8.1f} ms" if half_rows else "")
-                             + (f"  sample {s * 1000:6.1f} ms" if sample else ""))
-            forward.append(f_row)
-            one.append(o_row)
-            half.append(h_row)
-            sampling.append(s_row)
-            done.append(b)
+        timings = sweep_grid(batch_sizes, chunk_lens, Timer, one_row=one_row, half_rows=half_rows,
+                             budget_s=budget_s, progress=progress)
     cache.lengths = [0] * cache.num_slots
     result: dict[str, Any] = {
         "model": getattr(model.cfg, "name", "") or "", "context": context, "threads": torch.get_num_threads(),
-        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "repeats": repeats,
-        "packed": bool(packed), "dtype": str(dtype).removeprefix("torch."), "device": str(device),
-        "date": time.strftime("%Y-%m-%d"), "measure_s": round(time.perf_counter() - started, 3),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
+        "repeats": repeats, "packed": bool(packed), "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+        **timings.fields(),
     }
-    if one_row or half_rows:
-        result["one_row_s"] = one
-    if half_rows:
-        result["half_rows_s"] = half
+    if not (one_row or half_rows):
+        del result["one_row_s"]
+    if not half_rows:
+        del result["half_rows_s"]
     if sample:
-        result["sample_s"] = sampling
-    if partial:
-        result["partial"] = True
+        result["sample_s"] = sampling[:len(timings.batch_sizes)]
     return result
+
+
+class BatchTimer(Protocol):
+    """Times the steps of one batch size for :func:`sweep_grid` (each backend has its own)."""
+
+    def time(self, chunk: int, rows: int) -> float:
+        """Seconds of a step in which ``rows`` of the batch are fed ``chunk`` tokens and the others one."""
+
+    def note(self) -> str:
+        """Anything to add to the progress line of the chunk just timed."""
+
+    def close(self) -> bool:
+        """Release the batch; False where its timings must not be kept."""
+
+
+@dataclass
+class GridTimings:
+    """A sweep's timings, by batch size (rows) and chunk length (columns), in the profile's format."""
+
+    batch_sizes: list[int]
+    chunk_lens: list[int]
+    forward_s: list[list[float]]
+    one_row_s: list[list[float]]
+    half_rows_s: list[list[float]]
+    partial: bool
+    seconds: float
+
+    def fields(self) -> dict[str, Any]:
+        """The profile's fields these timings give (``partial`` only where it ran out or left some out)."""
+        import torch
+
+        out: dict[str, Any] = {
+            "batch_sizes": self.batch_sizes, "chunk_lens": self.chunk_lens, "forward_s": self.forward_s,
+            "one_row_s": self.one_row_s, "half_rows_s": self.half_rows_s,
+            "date": time.strftime("%Y-%m-%d"), "measure_s": round(self.seconds, 3),
+            "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
+        }
+        if self.partial:
+            out["partial"] = True
+        return out
+
+
+def sweep_grid(batch_sizes: list[int], chunk_lens: list[int], open_batch: Callable[[int], BatchTimer], *,
+               one_row: bool = True, half_rows: bool = True, budget_s: float | None = None,
+               progress: Callable[[str], None] | None = None, label: str = "") -> GridTimings:
+    """The profile's grid, timed the same way on either backend: for each batch size (opened with
+    ``open_batch``) and chunk length, a step with every row fed the chunk, then (for B > 1 and
+    C > 1) one row and, from :data:`HALF_ROWS_FROM` rows, half of them (``one_row`` and
+    ``half_rows`` turn those off; a figure not timed is the one before it). Stops after the batch
+    size during which ``budget_s`` ran out; a batch whose timer says so on closing is left out.
+    Both make the timings ``partial``."""
+    started = time.perf_counter()
+    forward: list[list[float]] = []
+    one: list[list[float]] = []
+    half: list[list[float]] = []
+    done: list[int] = []
+    partial = False
+    for b in batch_sizes:
+        if budget_s is not None and done and time.perf_counter() - started > budget_s:
+            partial = True
+            break
+        timer = open_batch(b)
+        f_row, o_row, h_row = [], [], []
+        try:
+            for c in chunk_lens:
+                f = timer.time(c, b)
+                o = f if (b == 1 or c == 1) or not (one_row or half_rows) else timer.time(c, 1)
+                h = o if b < HALF_ROWS_FROM or c == 1 or not half_rows else timer.time(c, b // 2)
+                f_row.append(f)
+                o_row.append(o)
+                h_row.append(h)
+                if progress is not None:
+                    progress(f"{label}B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
+                             + (f"  half the rows {h * 1000:8.1f} ms" if half_rows else "") + timer.note())
+        finally:
+            kept = timer.close()
+        if not kept:
+            partial = True
+            if progress is not None:
+                progress(f"{label}B={b:3d}: a row reached its token limit while timed; batch size left out")
+            continue
+        forward.append(f_row)
+        one.append(o_row)
+        half.append(h_row)
+        done.append(b)
+    return GridTimings(done, list(chunk_lens), forward, one, half, partial, time.perf_counter() - started)
 
 
 def write_profile(path: str | os.PathLike[str], profile: dict[str, Any]) -> Path:

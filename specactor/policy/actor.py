@@ -28,7 +28,8 @@ from specactor import protocol as p
 from specactor.actor import Actor
 from specactor.speculation import DEFAULT_WINDOW
 from specactor.speculation import LEARNING_METHODS
-from specactor.policy.bandit import DORMANT_SLOWDOWN, Choice, FastestOfN
+from specactor.policy.bandit import FastestOfN
+from specactor.policy.bandit_state import DORMANT_SLOWDOWN, Choice
 from specactor.policy.cost_model import CostModel
 
 #: the most of the wall time between two plans that planning may take

@@ -8,7 +8,7 @@ share of the steps it no longer sits in: next to nothing where a step costs the 
 every one of 32 T=1 requests for the first ~140 steps (35% acceptance paid for the step's extra cost
 in tokens per second) and ran 0.96x of plain decoding: the tokens went to samples that end by EOS,
 while the five that ran to the 768-token limit (rambling text, drafts rarely right) gained 14 steps
-(bench/RESULTS.md, session 25).
+(bench/RESULTS.md, "Policy and ceilings").
 
 :func:`finish_s` prices a plan by the time the batch needs to finish on the assumption that every
 request runs to its token limit at the progress the plan gives it: the batch shrinks as the rows that

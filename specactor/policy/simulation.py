@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specactor.speculation import SHADOW_STRIDE, decoupled_lookahead
-from specactor.policy.bandit import Choice, is_dormant
+from specactor.policy.bandit_state import Choice, is_dormant
 from specactor.policy.cost_model import CostModel
 
 

@@ -325,7 +325,7 @@ class VerifyActor(Actor):
         # overtaken by the verifier's own token: give it the full lookahead (the longest window, so
         # that the policy's window changes need no new Track). Not to a request that is only
         # shadow-scored (window 0): at T=1 a 33-token lookahead was thrown away after ~2 steps and
-        # drafted again, 1.7 s of the caller's CPU in a 65 s rollout (issue 13's floor); its drafter
+        # drafted again, 1.7 s of the caller's CPU in a 65 s T=1 rollout; its drafter
         # hears of it every SHADOW_STRIDE steps and drafts just far enough to cover them.
         lookahead = (max(msg.window, 1) if mode == p.DraftMode.COUPLED
                      else shadow_lookahead() if msg.window == 0

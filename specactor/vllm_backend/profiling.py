@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import statistics
 import time
 from typing import Any, Callable, Iterator
 
 import torch
 
-from specactor.engine.profiling import HALF_ROWS_FROM
-from specactor.engine.profiling import QUICK, cpu_model
+from specactor.engine.profiling import QUICK, sweep_grid
 from specactor.protocol import SamplingParams
 from specactor.engine.sequence import Sequence
 
@@ -74,72 +72,51 @@ def measure_vllm(engine: Any, batch_sizes: Any = QUICK.batch_sizes, chunk_lens: 
     vocab = engine.vocab_size
     gen = torch.Generator().manual_seed(0)
     params = SamplingParams(temperature=0.0, max_tokens=engine.cache.max_len - context)  # all the slack there is
-    started = time.perf_counter()
-    forward: list[list[float]] = []
-    one: list[list[float]] = []
-    half: list[list[float]] = []
-    done: list[int] = []
-    partial = False
 
-    def timed(c: int, rows: list[Sequence]) -> float:
-        times = []
-        for r in range(repeats + 1):
-            # a token the model will not pick after its own greedy one: verified, then rejected
-            drafts = {s.request_id: ("profile", [(s.output_ids[-1] + 7919) % vocab] * (c - 1)) for s in rows}
-            t0 = time.perf_counter()
-            engine.step(drafts if c > 1 else None)
-            if r:
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+    class Timer:
+        """Steps of ``batch`` fresh rows, prefilled on opening; ``rows`` of them given a draft."""
+
+        def __init__(self, batch: int) -> None:
+            self.seqs = [Sequence(f"profile-{batch}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(),
+                                  params, seed=i) for i in range(batch)]
+            try:
+                for seq in self.seqs:
+                    engine.add(seq)
+                while any(not s.output_ids for s in self.seqs):  # the prefill (chunked if it must be)
+                    engine.step()
+            except BaseException:
+                self.close()
+                raise
+
+        def time(self, chunk: int, rows: int) -> float:
+            times = []
+            for r in range(repeats + 1):
+                # a token the model will not pick after its own greedy one: verified, then rejected
+                drafts = {s.request_id: ("profile", [(s.output_ids[-1] + 7919) % vocab] * (chunk - 1))
+                          for s in self.seqs[:rows]}
+                t0 = time.perf_counter()
+                engine.step(drafts if chunk > 1 else None)
+                if r:
+                    times.append(time.perf_counter() - t0)
+            return statistics.median(times)
+
+        def note(self) -> str:
+            return ""
+
+        def close(self) -> bool:
+            """False where a row reached its limit while timed (its drafts were accepted by chance
+            more than the slack allows): later cells timed fewer rows, so the batch is left out."""
+            short = any(s.finished for s in self.seqs)
+            for seq in self.seqs:
+                engine.abort(seq.request_id)
+            return not short
 
     with _no_stop_tokens(engine):
-        for b in batch_sizes:
-            if budget_s is not None and done and time.perf_counter() - started > budget_s:
-                partial = True
-                break
-            seqs = [Sequence(f"profile-{b}-{i}", torch.randint(0, vocab, (context,), generator=gen).tolist(),
-                             params, seed=i) for i in range(b)]
-            short = False
-            try:
-                for seq in seqs:
-                    engine.add(seq)
-                while any(not s.output_ids for s in seqs):  # the prefill (chunked if it must be)
-                    engine.step()
-                f_row, o_row, h_row = [], [], []
-                for c in chunk_lens:
-                    f = timed(c, seqs)
-                    o = f if (b == 1 or c == 1) else timed(c, seqs[:1])
-                    h = o if (b < HALF_ROWS_FROM or c == 1) else timed(c, seqs[:b // 2])
-                    f_row.append(f)
-                    o_row.append(o)
-                    h_row.append(h)
-                    if progress is not None:
-                        progress(f"vLLM B={b:3d} C={c:2d}: step {f * 1000:8.1f} ms  one row {o * 1000:8.1f} ms"
-                                 f"  half the rows {h * 1000:8.1f} ms")
-                short = any(s.finished for s in seqs)  # a row reached its limit: later cells timed fewer rows
-            finally:
-                for seq in seqs:
-                    engine.abort(seq.request_id)
-            if short:  # its drafts were accepted by chance more than the slack allows: leave this batch out
-                partial = True
-                if progress is not None:
-                    progress(f"vLLM B={b:3d}: a row reached its token limit while timed; batch size left out")
-                continue
-            forward.append(f_row)
-            one.append(o_row)
-            half.append(h_row)
-            done.append(b)
-    result: dict[str, Any] = {
+        timings = sweep_grid(batch_sizes, chunk_lens, Timer, budget_s=budget_s, progress=progress, label="vLLM ")
+    return {
         "model": engine.folder.name, "context": context, "threads": int(os.environ.get("OMP_NUM_THREADS") or 0),
-        "batch_sizes": done, "chunk_lens": chunk_lens, "forward_s": forward, "one_row_s": one,
-        "half_rows_s": half, "repeats": repeats,
-        "backend": "vllm", "dtype": engine.dtype, "device": engine.device, "date": time.strftime("%Y-%m-%d"),
-        "measure_s": round(time.perf_counter() - started, 3),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}",
+        "repeats": repeats, "backend": "vllm", "dtype": engine.dtype, "device": engine.device, **timings.fields(),
     }
-    if partial:
-        result["partial"] = True
-    return result
 
 
 @contextlib.contextmanager

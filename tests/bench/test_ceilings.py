@@ -206,7 +206,7 @@ def test_a_profile_that_prices_drafting_rows_keeps_the_bounds_ordered() -> None:
 @settings(max_examples=25, deadline=None)
 @given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=12), p=st.floats(0.0, 1.0),
        more=st.floats(0.0, 0.5), per_token_s=st.sampled_from([0.0, 1e-3, 1e-2]))
-# found by this test (session 27): at p=1 the longest window wins on tokens per second, and while a
+# found by this test: at p=1 the longest window wins on tokens per second, and while a
 # request's last step still drafted a whole window past its end a perfect drafter came out slower
 @example(lengths=[1, 10], p=0.875, more=0.5, per_token_s=1e-2)
 @example(lengths=[32, 200, 64], p=0.996, more=0.5, per_token_s=1e-2)

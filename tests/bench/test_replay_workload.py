@@ -16,7 +16,7 @@ from specactor.bench.replay import replay
 from specactor.bench.replay_workload import ReplayRequest, replay_requests, replay_workload
 from specactor.drafters.ngram import NgramDrafter
 from specactor.drafters.suffix import SuffixDrafter
-from specactor.policy.bandit import Choice
+from specactor.policy.bandit_state import Choice
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, PlainPolicy, Simulator
 

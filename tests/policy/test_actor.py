@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specactor import protocol as p
 from specactor.policy.actor import DORMANT_SLOWDOWN, PolicyActor
-from specactor.policy.bandit import Choice
+from specactor.policy.bandit_state import Choice
 
 
 def test_the_policy_leaves_a_learned_drafter_out_until_its_stats_say_it_is_ready() -> None:

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from specactor.policy.bandit import Choice, FastestOfN
+from specactor.policy.bandit import FastestOfN
+
+from specactor.policy.bandit_state import Choice
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, RandomPolicy, SimRequest, Simulator
 
@@ -225,18 +227,18 @@ def test_a_shadow_period_goes_on_while_its_scores_are_right(right: bool) -> None
 
 def _allocated_speeds(entries: list[tuple[str, float, float]], top: int) -> tuple[float, float]:
     """(the batch speed the allocation finds, the speed it finds trying every window for every request)."""
-    import specactor.policy.bandit as bandit
+    import specactor.policy.planner as planner
 
     cost = CostModel.from_profile()
     fon = FastestOfN(["ngram", "suffix"], cost, max_window=top)
     steps = cost.at_batch(len(entries))
     _, speed, _ = fon._allocate(steps, entries)
-    original = bandit.useful_window
-    bandit.useful_window = lambda p, top: top
+    original = planner.useful_window
+    planner.useful_window = lambda p, top: top
     try:
         _, every_window_speed, _ = fon._allocate(steps, entries)
     finally:
-        bandit.useful_window = original
+        planner.useful_window = original
     return speed, every_window_speed
 
 
@@ -471,7 +473,7 @@ def test_a_plan_that_only_shadows_is_quiet_until_a_period_comes_right(right: boo
     """Shadowing alone does not hurry the plans (FastestOfN.is_quiet): only a shadow period with
     SHADOW_EVIDENCE scores nearly all right does, at once (``replan_soon``); a plan that drafts is
     never quiet."""
-    from specactor.policy.bandit import SHADOW_EVIDENCE
+    from specactor.policy.bandit_state import SHADOW_EVIDENCE
 
     policy = _tail_policy()
     plan = policy.plan(2, step=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specactor.policy.bandit import Choice
+from specactor.policy.bandit_state import Choice
 from specactor.policy.cost_model import CostModel
 from specactor.policy.simulation import FixedPolicy, SimRequest, Simulator
 
