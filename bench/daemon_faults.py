@@ -6,7 +6,7 @@ calls, and the time to recover from a verifier kill.
 1. Memory: RSS of the daemon's process tree after 200 and after ``--requests`` short requests
    (T=1, 4 tokens), issued in waves of 32 by clients that stream, abort a quarter of their
    requests mid-flight, and every fourth wave disconnect mid-stream without a word. The
-   growth between the two readings must stay within 50 MB (issue 14).
+   growth between the two readings must stay within 50 MB.
 2. Hostile calls: ``--fuzz`` bodies from tests/server/hostile.py (random bytes, random msgpack,
    real call kinds with wrong fields, truncated msgpack) on a raw socket while a valid request
    runs, then one call over the frame limit. Counts the answered ones; the valid request must

@@ -13,7 +13,7 @@ noise for them). Measured on every output position of the eval samples, teacher-
 the share right (a one-token draft's acceptance), the share of drafts started there whose first
 j tokens are all right (j = 1..k), and the tokens a k-token draft gets accepted on average.
 
-Why: issue 13's T=1 target needs a drafter right on ~55% of tokens on an H200 7B profile and ~80%
+Why: a T=1 speedup needs a drafter right on ~55% of tokens on an H200 7B profile and ~80%
 on this 2-core CPU (``bench/required_acceptance.py``); the student trained on one or three epochs
 is right on 21-28%. Whether more data closes that, and at what rate, is what this measures.
 """

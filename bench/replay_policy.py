@@ -47,7 +47,8 @@ from specactor.bench.replay_learned import LEARNED
 from specactor.bench.replay_runs import TABLE_HEADER, ReplaySettings, compare, make_policy, table_rows
 from specactor.bench.replay_workload import REPLAY_METHODS, samples_of, told_of
 from specactor.speculation import DEFAULT_WINDOW
-from specactor.policy.bandit import DORMANT_SLOWDOWN, FastestOfN
+from specactor.policy.bandit import FastestOfN
+from specactor.policy.bandit_state import DORMANT_SLOWDOWN
 from specactor.policy.cost_model import CostModel
 
 

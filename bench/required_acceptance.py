@@ -2,7 +2,7 @@
 oracle ceiling for a hypothetical drafter, on a real run's sample lengths and the policy's
 cost profile.
 
-    python bench/required_acceptance.py [--suite bench/results/suite_s10_floor/suite.json]
+    python bench/required_acceptance.py [--suite bench/results/cpu_speed/long_tail/suite.json]
         [--temperature 1] [--epoch 0] [--costs 0,0.0625,0.125,0.25] [--max-window 16] [--profile P]
         [--out bench/results/required_acceptance.json]
 
@@ -53,7 +53,7 @@ def _profile(suite: dict, given: str | None) -> CostModel:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", default="bench/results/suite_s10_floor/suite.json",
+    parser.add_argument("--suite", default="bench/results/cpu_speed/long_tail/suite.json",
                         help="a `specactor bench` suite.json: sample lengths and the cost profile it used")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--epoch", type=int, default=0, help="0-based, as in suite.json")
