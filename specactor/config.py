@@ -80,7 +80,7 @@ class EngineConfig:
     # its own unless this split gives them (drafters_on_verifier): one set aside is lost to every step
     # it does not draft for. On 2 cores the old automatic split (verifier 1 thread, model drafter 1) ran
     # at 0.55-0.82x of autoregressive over batch 1-32 and T=0-1 with the model never drafting, the
-    # shared cores at 0.90-1.01x, the cheap drafters' own level (bench/RESULTS.md, "Speed on CPU").
+    # shared cores at 0.90-1.01x, the cheap drafters' own level.
     verifier_threads: int | None = None
     drafter_threads: int = 1
     events_path: str | None = None  # route this process's events, and its actors', to this JSONL file

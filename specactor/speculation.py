@@ -23,7 +23,7 @@ LEARNING_METHODS = ("learned",)
 #: The most draft tokens one verify step checks for a request (the policy picks 0..this per request).
 #: 16, not 8: in the T=0 long-tail bench the tail is a few samples repeating themselves at ~100%
 #: acceptance, and 17 tokens a step there beat 9 (tail 11.4 s against 11.9 s in three interleaved
-#: pairs, bench/RESULTS.md); where acceptance is lower the policy's cost model picks less.
+#: pairs); where acceptance is lower the policy's cost model picks less.
 DEFAULT_WINDOW = 16
 
 
@@ -40,7 +40,7 @@ def decoupled_lookahead(window: int) -> int:
 #: Steps whose verdicts a drafter gets together while it drafts only for shadow-scored requests
 #: (window 0: scored, never verified). Each drafting round costs the caller's process CPU, which on
 #: 2 cores comes out of the verifier's forward: 1.2-2.8 ms a T=1 tail step with any request shadowed
-#: when they came every step (bench/RESULTS.md, "Policy and ceilings").
+#: when they came every step.
 SHADOW_STRIDE = 4
 
 

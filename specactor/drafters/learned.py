@@ -186,7 +186,6 @@ def train_logits(student: CausalLM, tokens: torch.Tensor) -> torch.Tensor:
 #: One training round's passes over the buffer and learning rate. On 18k tokens of T=1 rollouts (8
 #: HumanEval prompts x 4 x 768) a student right on 15% of held-out positions after 2 passes at 3e-4
 #: is right on 21% after 3 at 1e-3 (20 s on 2 cores); more passes overfit (12 at 1e-3: 20%).
-#: bench/RESULTS.md, "The learned drafter replayed".
 TRAIN_EPOCHS, TRAIN_LR = 3, 1e-3
 
 

@@ -2,7 +2,7 @@
 
 Why: a small model's step on a GPU is bound by the host, not by the GPU. The default model's
 step took 16-21 ms on an H200, 7-9 ms of it launching about 1,400 kernels, and every Python
-instruction beside it (the actor's event loop) added to it (bench/RESULTS.md, "The H200 again").
+instruction beside it (the actor's event loop) added to it (bench/RESULTS.md, "GPU").
 A CUDA graph records a step's kernels once and replays them all with one launch.
 
 A graph needs fixed shapes and fixed addresses, so the graphed step is padded (:func:`padded_forward`):

@@ -26,8 +26,7 @@ from specactor.engine.prepacked_linear import PackedLinear, packing_available
 
 #: Attention kernels a step may use. Not cuDNN's: on Hopper torch prefers it for bfloat16, and it
 #: builds a graph for every new shape, while a decode step's key length grows by one every step:
-#: a 135M model's bf16 step took 55 ms on an H200 against 15 ms in float32 (bench/RESULTS.md,
-#: "specactor on a GPU"). The CPU's own choices (flash or math) are both in the list.
+#: a 135M model's bf16 step took 55 ms on an H200 against 15 ms in float32. The CPU's own choices (flash or math) are both in the list.
 ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -48,7 +47,7 @@ class AttentionPart:
 
 #: What a drafting row costs in an attention part of its own, in padded query positions of a one-part
 #: step: the part is used where it saves more padding (``batch * (longest chunk - 1)``) than its rows
-#: cost. On a 2-core CPU at batch 32 (bench/RESULTS.md, "Policy and ceilings"), 16 rows drafting one token each
+#: cost. On a 2-core CPU at batch 32, 16 rows drafting one token each
 #: took 112 ms apart and 90 ms padded; one row drafting four, 76 ms apart and 94 ms padded; this
 #: weight picks the faster layout in all nine cases measured there.
 PART_ROW_COST = 10

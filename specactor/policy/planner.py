@@ -324,7 +324,7 @@ class Planner:
         it verifies the shorter drafts that are ready). Coupled (an engine configured so), the
         verifier waits for the drafts: their time adds to the step. Choosing coupled per step was
         tried: the replays on GPU shapes never took it, and live a coupled model drafter ran 0.65x
-        where a decoupled one ran 0.95x (bench/RESULTS.md, "Drafters"). A decoupled drafter on the
+        where a decoupled one ran 0.95x. A decoupled drafter on the
         verifier's own hardware (``shared``) adds its time to the step's all the same."""
         return iteration_s(verify, decoupled, shared) if self.decoupled else iteration_s(verify, added=coupled)
 

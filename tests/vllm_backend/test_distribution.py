@@ -2,7 +2,7 @@
 distribution: judged position by position against the model by
 :mod:`specactor.bench.calibration`, with enough positions to see a 2% shift in per-position token
 frequencies (the power is computed on the same positions, not assumed). vLLM's own sampler passes
-the same test (``bench/vllm_distribution.py``, recorded in bench/RESULTS.md): it is left out here
+the same test (``bench/vllm_distribution.py``): it is left out here
 because it only tests vLLM, at a minute of CI time."""
 
 from __future__ import annotations
