@@ -7,9 +7,10 @@ A command line over :func:`specactor.engine.profiling.measure` (the engine
 measures a quick profile of its own at start-up and caches it; this one is
 the full grid, for RESULTS.md or for ``EngineConfig(profile=...)``). ``--shape``
 times randomly initialised weights of a named model's shape instead of a
-checkpoint: a forward's time does not depend on the weights' values, so a GPU
-profile of a 7B or 32B target needs no download (``bench/replay_policy.py
---profile`` then replays the policy on it). For each
+checkpoint (:func:`specactor.bench.model_shapes.random_model`): a forward's
+time does not depend on the weights' values, so a GPU profile of a 7B or 32B
+target needs no download (``bench/replay_policy.py --profile`` then replays
+the policy on it). For each
 batch size B and chunk length C, the rows have ``--context`` tokens already in
 their KV cache on average (spread over +-25% when B > 1, as a rollout's rows
 differ: equal lengths would let decode rows skip the attention mask) and feed C new tokens (C=1 is a decode step, C=k+1 verifies k
@@ -39,29 +40,22 @@ from pathlib import Path
 
 import torch
 
-from specactor.bench.model_shapes import SHAPES, hf_config
+from specactor.bench.model_shapes import SHAPES, random_model
 from specactor.config import DTYPES, check_device, torch_dtype
 from specactor.engine.model_registry import resolve_model
 from specactor.engine.profiling import measure, write_profile
-from specactor.engine.config import ModelConfig
-from specactor.engine.model import CausalLM
 from specactor.engine.weights import load_causal_lm
 
 
-def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
-    """A model of ``shape`` with random weights, built on ``device`` (no copy through the host)."""
-    cfg = ModelConfig.from_hf(hf_config(shape))
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # built in its dtype: a 32B model in float32 first would not fit
+def positive_ints(text: str) -> list[int]:
+    """``--batch-sizes`` and ``--chunk-lens``: comma-separated integers, each at least 1."""
     try:
-        with torch.device(device):
-            model = CausalLM(cfg)
-    finally:
-        torch.set_default_dtype(default)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.02)
-    return model.eval()
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers, each at least 1")
+    return values
 
 
 def machine(device: str) -> str:
@@ -89,8 +83,8 @@ if __name__ == "__main__":
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,48,64")
-    parser.add_argument("--chunk-lens", default="1,2,4,8,17",
+    parser.add_argument("--batch-sizes", type=positive_ints, default="1,2,4,8,16,32,48,64")
+    parser.add_argument("--chunk-lens", type=positive_ints, default="1,2,4,8,17",
                         help="new tokens a row (a verify step feeds window + 1: 17 at the default window)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--cuda-graphs", action="store_true",
@@ -99,6 +93,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.shape and args.model:
         parser.error("give --model or --shape, not both")
+    if args.repeats < 1 or args.context < 0:
+        parser.error("--repeats must be at least 1 and --context not negative")
     try:
         check_device(args.device)
     except ValueError as e:
@@ -109,9 +105,8 @@ if __name__ == "__main__":
         model = random_model(args.shape, dtype, args.device)
     else:
         model = load_causal_lm(resolve_model(args.model), dtype=dtype, device=args.device)
-    result = measure(model, [int(x) for x in args.batch_sizes.split(",")], [int(x) for x in args.chunk_lens.split(",")],
-                     args.context, args.repeats, sample=True, progress=lambda line: print(line, flush=True),
-                     cuda_graphs=args.cuda_graphs)
+    result = measure(model, args.batch_sizes, args.chunk_lens, args.context, args.repeats, sample=True,
+                     progress=lambda line: print(line, flush=True), cuda_graphs=args.cuda_graphs)
     result["model"] = args.shape or args.model or "smollm2-135m"
     if args.cuda_graphs:
         result["cuda_graphs"] = True

@@ -7,11 +7,11 @@ calls, and the time to recover from a verifier kill.
    (T=1, 4 tokens), issued in waves of 32 by clients that stream, abort a quarter of their
    requests mid-flight, and every fourth wave disconnect mid-stream without a word. The
    growth between the two readings must stay within 50 MB.
-2. Hostile calls: ``--fuzz`` bodies from tests/server/hostile.py (random bytes, random msgpack,
-   real call kinds with wrong fields, truncated msgpack) on a raw socket while a valid request
-   runs, then one call over the frame limit. Counts the answered ones; the valid request must
-   come out with the autoregressive tokens (those of an undisturbed daemon run) and the daemon
-   must still be healthy.
+2. Hostile calls: ``--fuzz`` bodies from specactor/bench/hostile_calls.py (random bytes,
+   random msgpack, real call kinds with wrong fields, truncated msgpack) on a raw socket while
+   a valid request runs, then one call over the frame limit. Counts the answered ones; the
+   valid request must come out with the autoregressive tokens (those of an undisturbed daemon
+   run) and the daemon must still be healthy.
 3. Recovery: SIGKILL the verifier during a 32-sample rollout; seconds until the supervisor's new
    verifier serves (health ok) and until the rollout completes, beside the same rollout
    undisturbed, and whether any sample differs.
@@ -32,11 +32,9 @@ from pathlib import Path
 import psutil
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.server.hostile
-
-from specactor import RolloutClient, SamplingParams  # noqa: E402
-from specactor.prompts import humaneval_prompts  # noqa: E402
-from specactor.cli.serve import DaemonProcess  # noqa: E402
+from specactor import RolloutClient, SamplingParams
+from specactor.prompts import humaneval_prompts
+from specactor.cli.serve import DaemonProcess
 
 SHORT = SamplingParams(temperature=1.0, max_tokens=4)
 
@@ -110,7 +108,7 @@ async def memory(endpoint: str, pid: int, total: int) -> dict:
 async def fuzz(endpoint: str, cases: int, prompt: list[int]) -> dict:
     from hypothesis import HealthCheck, given, settings
 
-    from tests.server.hostile import OVERSIZED, acceptable, bodies, send_hostile
+    from specactor.bench.hostile_calls import OVERSIZED, acceptable, bodies, send_hostile
 
     params = SamplingParams(temperature=1.0, max_tokens=200, seed=3)
     sock = zmq.Context.instance().socket(zmq.DEALER)

@@ -21,20 +21,16 @@ import asyncio
 import concurrent.futures
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cost_profile import SHAPES, random_model  # noqa: E402
-
-from specactor.config import DTYPES, check_device, torch_dtype  # noqa: E402
-from specactor.protocol import SamplingParams  # noqa: E402
+from specactor.bench.model_shapes import SHAPES, random_model
+from specactor.config import DTYPES, check_device, torch_dtype
+from specactor.protocol import SamplingParams
 from specactor.engine.llm_engine import Engine
 from specactor.engine.sequence import Sequence
-from specactor.engine.kv_cache import KVCache  # noqa: E402
+from specactor.engine.kv_cache import KVCache
 
 
 #: --graphs: the engine's cuda_graphs argument for each setting (default: on for a GPU)

@@ -8,8 +8,9 @@ Why: on the long-tail workload stock vLLM's speculative modes ran 15-22 of 32 sa
 768-token cap against 8 without speculation (`bench/vllm_backend.py`, T=1, the same seeds). A
 lossless speculative sampler changes which samples come out, not their distribution; so either
 that was chance or vLLM's speculative path samples from something else. Each mode runs in its own
-unpatched vLLM process (``bench/vllm_backend.py``'s stock worker: the HumanEval prompts in GRPO
-groups, seeded requests, T=1) and its tokens are judged against the model position by position
+unpatched vLLM process (``bench/vllm_backend.py``'s stock worker,
+:func:`specactor.bench.vllm_compare.run_stock`: the HumanEval prompts in GRPO groups, seeded
+requests, T=1) and its tokens are judged against the model position by position
 (:mod:`specactor.bench.calibration`: rank buckets, chi-square with 4 degrees of freedom), with the
 test's power against a 2% shift and a deliberately wrong sampler (T=1.1) on the same positions.
 Plain ``vllm`` is the control: it must pass.
@@ -18,22 +19,13 @@ Plain ``vllm`` is the control: it must pass.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def _backend_bench():
-    """bench/vllm_backend.py as a module: its workload and its stock-vLLM runs."""
-    spec = importlib.util.spec_from_file_location("vllm_backend_bench", HERE / "vllm_backend.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from specactor.bench.vllm_compare import STOCK_SPECULATION, Workload, prompt_ids, run_stock
 
 
 def main() -> None:
@@ -51,11 +43,10 @@ def main() -> None:
                              "path's fault from the speculative sampler's")
     parser.add_argument("--out", default="bench/results/vllm_spec_distribution.json", help="where the JSON goes")
     args = parser.parse_args()
-    bench = _backend_bench()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in bench.STOCK_SPECULATION]
+    unknown = [m for m in modes if m not in STOCK_SPECULATION]
     if unknown:
-        parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(bench.STOCK_SPECULATION)}")
+        parser.error(f"unknown mode {unknown[0]!r}: choose from {', '.join(STOCK_SPECULATION)}")
     from specactor.vllm_backend import suffix_decoding_missing
 
     how = suffix_decoding_missing()
@@ -63,7 +54,9 @@ def main() -> None:
         parser.error(f"mode 'vllm+suffix' needs vLLM's suffix decoding: {how}")
     if min(args.prompts, args.n, args.max_tokens) < 1:
         parser.error("--prompts, --n and --max-tokens must be at least 1")
-    args.temperature = 1.0  # what is judged: the model's own distribution
+    # what is judged: the model's own distribution, at T=1
+    work = Workload(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens, temperature=1.0,
+                    unseeded=args.unseeded)
 
     from specactor.bench.calibration import chi_square_p, power_against_a_shift, score
     from specactor.engine.model_registry import resolve_model
@@ -71,7 +64,7 @@ def main() -> None:
     from specactor.vllm_backend import require_vllm
 
     version = require_vllm()
-    prompts, _ = bench._workload(args)
+    prompts, _ = prompt_ids(args.prompts)
     model = load_causal_lm(resolve_model(None))
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.uname().machine} {os.cpu_count()} cores",
                     "vllm": version, "command": "python bench/vllm_spec_distribution.py " + " ".join(sys.argv[1:]),
@@ -79,7 +72,7 @@ def main() -> None:
                     "modes": {}}
     for mode in modes:
         print(f"{mode} ...", flush=True)
-        run = bench.run_stock(mode, args)
+        run = run_stock(mode, work)
         samples = [(prompts[i], run["token_ids"][f"p{i}#{s}"]) for i in range(args.prompts) for s in range(args.n)]
         q, draws, wrong = score(model, samples, wrong_temperature=1.1)
         try:

@@ -1,4 +1,7 @@
-"""Loading the repository's scripts (bench/, examples/) as modules, so tests call their functions."""
+"""Loading the repository's examples (examples/) as modules, so tests call their functions.
+
+Not for bench/: what tests use of the benchmarks lives in the package (``specactor.bench.*``),
+and a bench script is tested through its command line."""
 
 from __future__ import annotations
 

@@ -3,12 +3,19 @@ shape, ``bench/cost_profile.py --shape``) and the modelled one (``bench/roofline
 
 Each shape is the public config of the model, in Hugging Face's keys, so a measured profile builds
 exactly that network; the roofline reads its parameter count and attention widths from the same
-config. No torch here: the roofline script runs without it.
+config. No torch at import: the roofline runs without it (:func:`random_model` imports it when
+called).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from specactor.engine.model import CausalLM
 
 #: public configs (Llama: tied embeddings, no biases; Qwen2: q/k/v biases)
 SHAPES: dict[str, dict] = {
@@ -29,6 +36,29 @@ def hf_config(name: str) -> dict:
     """Shape ``name``'s config as a checkpoint's config.json would give it (RoPE settings added:
     they change no forward's cost)."""
     return {**SHAPES[name], "rope_theta": 1e6, "max_position_embeddings": 32768}
+
+
+def random_model(shape: str, dtype: torch.dtype, device: str) -> CausalLM:
+    """A model of ``shape`` (a key of :data:`SHAPES`) with random weights, built in ``dtype`` on
+    ``device`` (no copy through the host): a forward's time does not depend on the weights' values,
+    so a profile of a 7B or 32B target needs no download."""
+    import torch
+
+    from specactor.engine.config import ModelConfig
+    from specactor.engine.model import CausalLM
+
+    cfg = ModelConfig.from_hf(hf_config(shape))
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype: a 32B model in float32 first would not fit
+    try:
+        with torch.device(device):
+            model = CausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.02)
+    return model.eval()
 
 
 @dataclass(frozen=True)

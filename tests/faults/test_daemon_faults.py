@@ -15,10 +15,10 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 
+from specactor.bench.hostile_calls import OVERSIZED, acceptable, bodies, send_hostile
 from specactor.protocol import SamplingParams
 from specactor.server.client import RolloutClient
 from tests.server.conftest import reference_tokens
-from tests.server.hostile import OVERSIZED, acceptable, bodies, send_hostile
 
 pytestmark = pytest.mark.slow
 

@@ -33,19 +33,17 @@ def test_without_drafts_the_tokens_are_our_engines(setup, temperature: float) ->
 def test_greedy_tokens_with_drafts_are_stock_vllms_without_speculation(setup, session_cache, monkeypatch) -> None:
     """At T=0 specactor-on-vLLM, drafts and all, gives the tokens of stock vLLM 0.32 run without
     speculation (its own sampler, in its own unpatched process: bench/vllm_backend.py's ``vllm``
-    mode, run through that script) on four HumanEval prompts x 128 tokens: the patch changes nothing
-    greedy decoding picks, and verifying drafts does not move vLLM's numerics onto other tokens."""
-    import argparse
-
-    from tests.scripts import load_script
+    mode, run as that script runs it, specactor.bench.vllm_compare.run_stock) on four HumanEval
+    prompts x 128 tokens: the patch changes nothing greedy decoding picks, and verifying drafts
+    does not move vLLM's numerics onto other tokens."""
+    from specactor.bench.vllm_compare import Workload, prompt_ids, run_stock
     from tests.vllm_backend.engine_runs import ngram_drafts
 
     vllm, _, _ = setup
-    bench = load_script("bench/vllm_backend.py")
     monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))  # the stock process finds the converted model
-    workload = argparse.Namespace(prompts=4, n=1, max_tokens=128, temperature=0.0, unseeded=False, dtype="float32")
-    stock = bench.run_stock("vllm", workload)["token_ids"]
-    prompts, _ = bench._workload(workload)
+    workload = Workload(prompts=4, n=1, max_tokens=128, temperature=0.0, unseeded=False, dtype="float32")
+    stock = run_stock("vllm", workload)["token_ids"]
+    prompts, _ = prompt_ids(workload.prompts)
     seqs = [Sequence(f"p{i}#0", prompt, SamplingParams(temperature=0.0, max_tokens=128), seed=i)
             for i, prompt in enumerate(prompts)]
     got = _run(vllm, seqs, ngram_drafts)

@@ -1,6 +1,9 @@
 """Hostile calls for the daemon, as hypothesis strategies: random bytes, random msgpack, maps of
 the real call kinds with wrong, missing, extra and absurd fields, and oversized frames. Used by
-tests/faults/test_daemon_faults.py (a few hundred cases) and bench/daemon_faults.py (thousands)."""
+tests/faults/test_daemon_faults.py (a few hundred cases) and bench/daemon_faults.py (thousands).
+
+hypothesis is imported at the top: it is a dev dependency, not a runtime one, and only the
+benchmarks and the tests import this module (nothing in the runtime package does)."""
 
 from __future__ import annotations
 
