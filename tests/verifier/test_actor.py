@@ -10,7 +10,8 @@ from specactor import protocol as p
 from specactor.actor import ActorSystem
 from specactor.actor.probes import Collector
 from specactor.drafters.actor import DraftActor
-from specactor.verifier.actor import POLICY_QUIET_STEPS, VerifyActor
+from specactor.verifier.actor import VerifyActor
+from specactor.verifier.verdict_fanout import POLICY_QUIET_STEPS
 
 
 class _RecordingVerifier(VerifyActor):
