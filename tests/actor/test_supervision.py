@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 from specactor import protocol as p
 from specactor.actor import ActorSpec, ActorSystem
