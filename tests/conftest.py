@@ -53,7 +53,7 @@ def _packaged_cost_profile() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache dir holding the converted default model (converted once per session)."""
+    """A cache dir holding the converted default model (converted once per test run)."""
     root = tmp_path_factory.mktemp("specactor-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECACTOR_CACHE", str(root))

@@ -1,6 +1,6 @@
 """Model registry, GGUF lookup, GGUF -> safetensors conversion and resolution.
 
-The real default model is converted once per test session into a temporary
+The real default model is converted once per test run into a temporary
 cache (``SPECACTOR_CACHE``); every other test either reuses that folder or
 stubs out the expensive parts of the conversion.
 """
@@ -223,7 +223,7 @@ def test_second_resolve_reuses_cache(converted: Path, monkeypatch: pytest.Monkey
 def test_changed_marker_triggers_reconversion(
     converted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict | None
 ) -> None:
-    # Work on a copy of the cache so the session's conversion stays valid.
+    # Work on a copy of the cache so the test run's conversion stays valid.
     import shutil
 
     cache = tmp_path / "cache"

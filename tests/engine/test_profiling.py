@@ -26,7 +26,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def model(tiny_checkpoint: Path):
-    """A model of its own (profiling packs it; the session's tiny_model stays as it is)."""
+    """A model of its own (profiling packs it; the shared tiny_model stays as it is)."""
     from specactor.engine.weights import load_causal_lm
 
     return load_causal_lm(tiny_checkpoint)
