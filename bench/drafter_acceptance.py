@@ -26,7 +26,9 @@ Drafters: ``ngram``, ``suffix``, or ``QUANT`` (shared noise) / ``QUANT-argmax`` 
 one of ``int8w`` (int8 weight-only, bf16 activations: the default draft
 model), ``int8`` (torch.ao dynamic quantisation), ``bf16``, ``fp32`` (the
 target itself: the upper bound; exactly 4.00 would need batch-invariant
-float rounding, which holds here up to rare near-ties). Writes
+float rounding, which holds here up to rare near-ties); ``llama-q8_0`` / ``llama-q4_0``: the
+target's weights quantised by :mod:`specactor.engine.gguf_export` and run by llama.cpp
+(:class:`specactor.drafters.llama_cpp_copy.LlamaCppDrafter`; needs ``scripts/setup.sh --llama-cpp``). Writes
 ``bench/results/drafter_acceptance.json`` and prints markdown tables.
 """
 
@@ -54,6 +56,8 @@ from specactor.engine.sequence import Sequence
 from specactor.engine.weights import load_causal_lm
 
 ROOT = Path(__file__).resolve().parent
+#: model copies run by llama.cpp: the target's weights written as GGUF at that quantisation
+LLAMA_QUANTS = ("llama-q8_0", "llama-q4_0")
 
 
 def references(target, prompts, temperature, max_tokens, eos) -> list[list[int]]:
@@ -112,9 +116,10 @@ def replay(drafter, prompts, refs, temperature, k) -> dict:
     }
 
 
-def speed(model, prompts, batch, k, rounds, repeats) -> float:
-    """Fastest ms per drafted token over ``repeats`` rounds of steady-state drafting."""
-    drafter = ModelDrafter(model, max_slots=batch, max_len=max(map(len, prompts)) + k * rounds * (repeats + 2) + 8)
+def speed(make, prompts, batch, k, rounds, repeats) -> float:
+    """Fastest ms per drafted token over ``repeats`` rounds of steady-state drafting; ``make(slots,
+    max_len)`` builds the drafter."""
+    drafter = make(batch, max(map(len, prompts)) + k * rounds * (repeats + 2) + 8)
     states = [DraftState(f"s{i}", list(prompts[i % len(prompts)]), seed=i, temperature=1.0) for i in range(batch)]
     for s in states:
         drafter.start(s)
@@ -139,11 +144,10 @@ def parse_drafters(text: str) -> list[tuple[str, str | None, str]]:
         if label in ("ngram", "suffix"):
             out.append((label, None, ""))
             continue
-        quant, _, noise = label.partition("-")
-        noise = noise or "shared"
-        if quant not in QUANT_MODES or noise not in ("shared", "argmax"):
+        quant, noise = (label.removesuffix("-argmax"), "argmax") if label.endswith("-argmax") else (label, "shared")
+        if (quant not in QUANT_MODES and quant not in LLAMA_QUANTS) or noise not in ("shared", "argmax"):
             raise SystemExit(f"unknown drafter {label!r}: use ngram, suffix or QUANT[-argmax], "
-                             f"QUANT in {QUANT_MODES}")
+                             f"QUANT in {QUANT_MODES + LLAMA_QUANTS}")
         out.append((label, quant, noise))
     return out
 
@@ -176,6 +180,14 @@ def main() -> None:
     temps = [float(x) for x in args.temperatures.split(",")]
     models: dict[str, object] = {"fp32": target}
 
+    def drafter_for(quant: str, slots: int, max_len: int, noise: str = "shared"):
+        if quant in LLAMA_QUANTS:
+            from specactor.drafters.llama_cpp_copy import LlamaCppDrafter
+
+            return LlamaCppDrafter.from_folder(folder, max_slots=slots, max_len=max_len,
+                                               quant=quant.removeprefix("llama-"), noise=noise)
+        return ModelDrafter(model_for(quant), max_slots=slots, max_len=max_len, noise=noise)
+
     def model_for(quant: str):
         if quant not in models:
             t0 = time.perf_counter()
@@ -194,8 +206,7 @@ def main() -> None:
             if quant is None:
                 drafter = make_drafter(label)
             else:
-                drafter = ModelDrafter(model_for(quant), max_slots=len(prompts),
-                                       max_len=max(map(len, prompts)) + args.max_tokens + args.k + 8, noise=noise)
+                drafter = drafter_for(quant, len(prompts), max(map(len, prompts)) + args.max_tokens + args.k + 8, noise)
             r = replay(drafter, prompts, refs, temp, args.k)
             r.update(drafter=label, temperature=temp)
             rows.append(r)
@@ -205,7 +216,8 @@ def main() -> None:
     speeds = []
     for quant in [q for q in args.speed_quants.split(",") if q]:
         for b in [int(x) for x in args.speed_batches.split(",")]:
-            ms = speed(model_for(quant), prompts, b, args.k, rounds=4, repeats=args.repeats)
+            ms = speed(lambda slots, max_len, q=quant: drafter_for(q, slots, max_len), prompts, b, args.k,
+                       rounds=4, repeats=args.repeats)
             speeds.append({"model": quant, "batch": b, "ms_per_token": ms})
             print(f"  speed {quant} batch {b}: {ms:.2f} ms/token", flush=True)
 
