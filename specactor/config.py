@@ -24,6 +24,8 @@ MODES = ("autoregressive", "coupled", "specactor")
 GRAPHED_PROFILE = "torch-cuda-graphs"
 BACKENDS = ("torch", "vllm")  # the verifier's engine: specactor's own, or vLLM (specactor.vllm_backend)
 DTYPES = ("float32", "bfloat16")
+#: EngineConfig.draft_quant's choices (specactor.drafters.model.default_model_drafter builds them)
+DRAFT_QUANTS = ("llama-q8_0", "llama-q4_0", "int8w", "int8", "bf16", "fp32")
 PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
 #: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: vLLM's long-tail
 #: figures were measured at 8, and at batch 64 x 128 tokens, T=0, the policy drafted ~1,000 tokens
@@ -83,6 +85,11 @@ class EngineConfig:
     # shared cores at 0.90-1.01x, the cheap drafters' own level.
     verifier_threads: int | None = None
     drafter_threads: int = 1
+    #: the ``model`` drafter's copy of the target: ``llama-q8_0`` / ``llama-q4_0`` (the target's weights
+    #: at 8 / 4 bits on llama.cpp's kernels, CPU only; needs `bash scripts/setup.sh --llama-cpp`, else
+    #: int8w, with a warning), or torch's ``int8w``, ``int8``, ``bf16``, ``fp32``; None: int8w on the
+    #: CPU, bf16 on a GPU
+    draft_quant: str | None = None
     events_path: str | None = None  # route this process's events, and its actors', to this JSONL file
     policy: bool = True  # specactor mode: Fastest-of-N policy (False: static, all drafters)
     racing: bool = True  # the policy may race extra methods for tail requests
@@ -148,7 +155,14 @@ class EngineConfig:
         if self.profile not in PROFILES and not os.path.isfile(self.profile):
             raise ValueError(f"profile {self.profile!r}: no such file (or choose one of "
                              f"{', '.join(p for p in PROFILES if p)})")
+        if self.draft_quant is not None and self.draft_quant not in DRAFT_QUANTS:
+            raise ValueError(f"draft_quant {self.draft_quant!r}: choose one of {', '.join(DRAFT_QUANTS)}")
+        if (self.draft_quant or "").startswith("llama-") and self.device != "cpu":
+            raise ValueError(f"draft_quant {self.draft_quant} runs on llama.cpp's CPU kernels: needs device cpu "
+                             f"(got {self.device})")
         check_device(self.device)
+        if self.drafter_threads < 1:
+            raise ValueError(f"need drafter_threads >= 1 (got {self.drafter_threads})")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.backend == "vllm":

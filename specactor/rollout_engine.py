@@ -114,6 +114,8 @@ class RolloutEngine:
             if method in MODEL_METHODS:  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
                                              "max_len": cfg.max_len + cfg.max_window}
+                if method == "model" and cfg.draft_quant is not None:
+                    kwargs["drafter_options"]["quant"] = cfg.draft_quant
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)
         if use_policy:  # light: shares this process
             await self._spawn("policy", "specactor.policy.actor:PolicyActor",

@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from specactor.backends import check_backend
-from specactor.config import BACKENDS, DTYPES, MODES, EngineConfig
+from specactor.config import BACKENDS, DRAFT_QUANTS, DTYPES, MODES, EngineConfig
 
 #: Flags a command may leave out, because it sets the field itself (bench: mode and drafters per
 #: run, seeds per epoch; rollout: max_len from its prompts).
@@ -71,6 +71,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                                 "derived from (seed, X, i), the same through every entry point")
     if "events" not in without:
         group.add_argument("--events", default=None, help="write structured events (JSON lines) here")
+    group.add_argument("--draft-quant", default=None, choices=DRAFT_QUANTS,
+                       help="the model drafter's copy of the target: llama-q8_0 / llama-q4_0 (8 / 4 bits on "
+                            "llama.cpp, CPU; needs `bash scripts/setup.sh --llama-cpp`) or torch's int8w, int8, "
+                            "bf16, fp32 (default: int8w on the CPU, bf16 on a GPU)")
+    group.add_argument("--draft-threads", type=positive_int, default=1,
+                       help="threads of the model drafter's own process")
     group.add_argument("--no-policy", action="store_true",
                        help="specactor mode without the Fastest-of-N policy: every drafter on every request")
     group.add_argument("--no-racing", action="store_true",
@@ -96,7 +102,7 @@ def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> Engin
         "policy": not args.no_policy, "racing": not args.no_racing,
         "max_restarts": args.max_restarts, "max_in_flight": args.max_in_flight, "backend": args.backend,
         "share_prompts": not args.no_share_prompts,
-        "cuda_graphs": not args.eager,
+        "cuda_graphs": not args.eager, "draft_quant": args.draft_quant, "drafter_threads": args.draft_threads,
     }
     if "mode" in given:
         fields["mode"] = args.mode

@@ -48,6 +48,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -55,6 +56,9 @@ from specactor.drafters.base import DraftState
 from specactor.engine.kv_cache import KVCache
 from specactor.engine.model import CausalLM
 from specactor.engine.sampler import SamplingBatch, sample
+
+if TYPE_CHECKING:
+    from specactor.drafters.llama_cpp_copy import LlamaCppDrafter
 
 NOISE_MODES = ("shared", "argmax")
 
@@ -440,12 +444,23 @@ def default_model_drafter(
     max_len: int = 1024,
     noise: str = "shared",
     device: str = "cpu",
-) -> ModelDrafter:
+) -> "ModelDrafter | LlamaCppDrafter":
     """A :class:`ModelDrafter` over a cheaper copy of the model in ``folder``: int8 weight-only on
-    the CPU (the int8 kernel is a CPU one), bf16 on a GPU, unless ``quant`` says otherwise.
+    the CPU (the int8 kernel is a CPU one), bf16 on a GPU, unless ``quant`` says otherwise;
+    ``llama-q8_0`` / ``llama-q4_0``: a :class:`~specactor.drafters.llama_cpp_copy.LlamaCppDrafter`
+    (torch's int8w copy, with a warning, where llama.cpp's binding is not installed).
 
     For the default model, ``folder`` is ``specactor.engine.model_registry.resolve_model(None)``.
     """
     quant = quant or (DEFAULT_QUANT if device == "cpu" else "bf16")
+    if quant.startswith("llama-"):
+        from specactor.drafters.llama_cpp_copy import LlamaCppDrafter, llama_cpp_available
+
+        if llama_cpp_available():
+            return LlamaCppDrafter.from_folder(folder, max_slots=max_slots, max_len=max_len,
+                                               quant=quant.removeprefix("llama-"), noise=noise)
+        warnings.warn(f"draft quantisation {quant} needs llama.cpp's binding (bash scripts/setup.sh --llama-cpp): "
+                      f"drafting with torch's {DEFAULT_QUANT} copy instead")
+        quant = DEFAULT_QUANT
     return ModelDrafter(load_draft_model(folder, quant).to(device), max_slots=max_slots, max_len=max_len,
                         noise=noise, quant=quant, device=device)

@@ -146,3 +146,44 @@ def test_the_default_models_8_bit_copy_is_right_on_nine_positions_in_ten_at_t1(d
             total += 1
         drafter.finish(state)
     assert total >= 60 and right / total >= 0.9, (right, total)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_a_rollout_drafted_by_the_llama_cpp_copy_is_the_autoregressive_one(
+        tiny_checkpoint, session_cache, monkeypatch, temperature) -> None:
+    """``draft_quant="llama-q8_0"``: the model drafter's process drafts on llama.cpp; its drafts are
+    accepted, and every sample is what plain decoding gives."""
+    from specactor.config import EngineConfig
+    from specactor.protocol import SamplingParams
+    from specactor.rollout_engine import RolloutEngine
+
+    monkeypatch.setenv("SPECACTOR_CACHE", str(session_cache))
+    prompts, ids = [[1, 30, 31, 32, 33], [1, 40, 41]], ["a", "b"]
+    params = SamplingParams(temperature=temperature, max_tokens=40, seed=9, n=2)
+    common = dict(model=str(tiny_checkpoint), max_batch=8, max_len=256, transport="ipc", processes=True)
+    async with RolloutEngine(EngineConfig(mode="autoregressive", **common)) as engine:
+        plain = {r.request_id: r.token_ids for r in await engine.generate(prompts, params, request_ids=ids)}
+    config = EngineConfig(mode="coupled", drafters=["model"], draft_quant="llama-q8_0", **common)
+    async with RolloutEngine(config) as engine:
+        results = await engine.generate(prompts, params, request_ids=ids)
+    assert {r.request_id: r.token_ids for r in results} == plain
+    accepted = sum(r.stats.accepted for r in results)
+    drafted = sum(r.stats.drafted for r in results)
+    assert drafted > 0 and accepted / drafted > 0.8, (accepted, drafted)  # the copy is the target, at 8 bits
+
+
+def test_the_model_method_builds_the_copy_asked_for_or_says_why_not(tiny_checkpoint, monkeypatch) -> None:
+    import specactor.drafters.llama_cpp_copy as copy_module
+    from specactor.config import EngineConfig
+    from specactor.drafters.model import default_model_drafter
+
+    assert isinstance(default_model_drafter(tiny_checkpoint, quant="llama-q4_0", max_slots=2, max_len=64),
+                      LlamaCppDrafter)
+    monkeypatch.setattr(copy_module, "llama_cpp_available", lambda: False)
+    with pytest.warns(UserWarning, match="llama-q8_0 needs llama.cpp's binding.*int8w"):
+        fallback = default_model_drafter(tiny_checkpoint, quant="llama-q8_0", max_slots=2, max_len=64)
+    assert isinstance(fallback, ModelDrafter) and fallback.quant == "int8w"
+    with pytest.raises(ValueError, match="draft_quant 'q5'"):
+        EngineConfig(draft_quant="q5").check()
+    with pytest.raises(ValueError, match="llama-q8_0 runs on llama.cpp's CPU kernels"):
+        EngineConfig(draft_quant="llama-q8_0", device="cuda").check()
