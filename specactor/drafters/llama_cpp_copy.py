@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from specactor.drafters.base import DraftState
-from specactor.drafters.model import NOISE_MODES, _common_prefix
+from specactor.drafters.model import NOISE_MODES, _common_prefix, check_new_request
 from specactor.engine.config import ModelConfig
 from specactor.engine.gguf_export import DEFAULT_QUANT, QUANTS, write_gguf
 from specactor.engine.sampler import SamplingBatch, sample
@@ -181,13 +181,7 @@ class LlamaCppDrafter:
 
     def start(self, state: DraftState) -> None:
         rid = state.request_id
-        if rid in self._slot:
-            raise ValueError(f"request {rid!r} was already started on the model drafter")
-        if not self._free:
-            raise RuntimeError(f"model drafter is full: {len(self._slot)} active requests = max_slots "
-                               f"{self.max_slots}; finish one or build it with more slots")
-        if not state.prompt_ids:
-            raise ValueError(f"request {rid!r}: prompt is empty")
+        check_new_request(state, self._slot, self.max_slots)
         context = state.context()
         self._check(state, context)
         self._slot[rid] = self._free.pop()

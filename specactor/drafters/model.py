@@ -75,6 +75,19 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def check_new_request(state: DraftState, started: dict[str, int], max_slots: int) -> None:
+    """Why ``state`` cannot start on a model drafter holding ``started`` (request id -> slot), by
+    name: ValueError for a request started already or an empty prompt, RuntimeError when full."""
+    rid = state.request_id
+    if rid in started:
+        raise ValueError(f"request {rid!r} was already started on the model drafter")
+    if len(started) >= max_slots:
+        raise RuntimeError(f"model drafter is full: {len(started)} active requests = max_slots "
+                           f"{max_slots}; finish one or build it with more slots")
+    if not state.prompt_ids:
+        raise ValueError(f"request {rid!r}: prompt is empty")
+
+
 class ModelDrafter:
     """Drafts ``k`` tokens per request with a small causal LM, in ``k`` batched forwards.
 
@@ -145,13 +158,7 @@ class ModelDrafter:
 
     def start(self, state: DraftState) -> None:
         rid = state.request_id
-        if rid in self._slot:
-            raise ValueError(f"request {rid!r} was already started on the model drafter")
-        if len(self._ids) >= self.max_slots:
-            raise RuntimeError(f"model drafter is full: {len(self._ids)} active requests = max_slots "
-                               f"{self.max_slots}; finish one or build it with more slots")
-        if not state.prompt_ids:
-            raise ValueError(f"request {rid!r}: prompt is empty")
+        check_new_request(state, self._slot, self.max_slots)
         context = state.context()
         self._check_len(state, len(context))
         self._check_tokens(state, context)
