@@ -126,8 +126,9 @@ async def test_vllm_keeps_verifying_when_a_drafter_is_killed(prompts, reference,
     assert any(e["drafted"] == 0 and e["new_tokens"] > 0 for e in after)  # vLLM went on without its drafts
 
 
+@pytest.mark.parametrize("draft_quant", [None, "llama-q8_0"])
 async def test_the_model_drafter_drafts_for_vllm_at_t1_and_follows_a_weight_update(prompts, reference,
-                                                                                    default_model) -> None:
+                                                                                    default_model, draft_quant) -> None:
     """The model drafter (a quantised copy of the target, sampling with the target's position-keyed
     noise) behind vLLM: at T=1 its drafts are the target's own samples wherever the copy agrees.
     A weight update reaches it with vLLM's: it drafts from the new policy version, and its drafts
@@ -139,8 +140,11 @@ async def test_the_model_drafter_drafts_for_vllm_at_t1_and_follows_a_weight_upda
 
     from specactor.weight_update import read_checkpoint
 
+    if draft_quant is not None:  # the target's copy on llama.cpp, re-made from the update
+        pytest.importorskip("llama_cpp", reason="llama.cpp's binding is not installed")
     params = SamplingParams(temperature=1.0, max_tokens=96, seed=5, n=2)
-    async with RolloutEngine(_config(policy=False, drafters=["model"], mode="coupled")) as engine:
+    config = _config(policy=False, drafters=["model"], mode="coupled", draft_quant=draft_quant)
+    async with RolloutEngine(config) as engine:
         got = await engine.generate(prompts[:2], params, request_ids=IDS[:2])
         gen = torch.Generator().manual_seed(1)
         state = read_checkpoint(default_model[0])
