@@ -1,6 +1,7 @@
 """An async GRPO-style loop on HumanEval with the rollout engine embedded.
 
     python examples/grpo_humaneval.py [--epochs 3] [--prompts 8] [--n 4] [--max-tokens 160] [--backend torch]
+        [--mode coupled --drafters model --draft-quant llama-q8_0]
 
 Each epoch: roll out ``n`` samples per prompt through RolloutEngine (SpecActor
 mode: decoupled drafters steered by the Fastest-of-N policy), reward every
@@ -28,7 +29,7 @@ import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from specactor.config import EngineConfig
+from specactor.config import DRAFT_QUANTS, EngineConfig
 from specactor.rollout_engine import RolloutEngine
 from specactor.drafters.registry import parse_methods
 from specactor.engine.model_registry import resolve_model
@@ -58,6 +59,9 @@ def parse_args() -> argparse.Namespace:
                         help="drafting methods of the specactor engine; add 'learned' for the drafter that "
                              "trains on the rollouts (between RL steps, while the verifier is idle: on a small "
                              "machine also while the autoregressive engine rolls out, so use --no-compare)")
+    parser.add_argument("--draft-quant", default=None, choices=DRAFT_QUANTS,
+                        help="the model drafter's copy of the target (with --drafters model): llama-q8_0 drafts "
+                             "on llama.cpp, re-made from every weight update")
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
     args = parser.parse_args()
     try:
@@ -82,7 +86,8 @@ async def main(args: argparse.Namespace) -> None:
                   for p in humaneval_prompts(args.prompts)]
     trainer = GRPOTrainer(folder, lr=args.lr, temperature=args.temperature)
     config = EngineConfig(mode=args.mode, drafters=args.drafters, max_batch=args.prompts * args.n,
-                          max_len=max(map(len, prompt_ids)) + args.max_tokens, backend=args.backend)
+                          max_len=max(map(len, prompt_ids)) + args.max_tokens, backend=args.backend,
+                          draft_quant=args.draft_quant)
     print(f"{args.prompts} HumanEval problems x {args.n} samples, {args.max_tokens} tokens max, "
           f"T={args.temperature}, mode {args.mode}, backend {args.backend}")
     print("epoch | version | reward | solved | rollout s | tokens | tokens/s | accepted/drafted | "
