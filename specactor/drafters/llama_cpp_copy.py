@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from specactor.drafters.base import DraftState
-from specactor.drafters.model import NOISE_MODES, _common_prefix, check_new_request
+from specactor.drafters.model import (NOISE_MODES, _common_prefix, check_draft_len, check_draft_tokens,
+                                      check_new_request, sample_drafts)
 from specactor.engine.config import ModelConfig
 from specactor.engine.gguf_export import DEFAULT_QUANT, QUANTS, write_gguf
-from specactor.engine.sampler import SamplingBatch, sample
 
 _quiet_log: Any = None  # llama.cpp's log callback, kept alive while the library may call it
 
@@ -140,14 +140,8 @@ class LlamaCppDrafter:
 
     def load_weights(self, state: Mapping[str, Any]) -> None:
         """New weights (Hugging Face names; the target's after an RL step) quantised as before;
-        every request's context is fed again on its next proposal."""
-        from specactor.engine.model import hf_shapes
-
-        expected = hf_shapes(self.cfg)
-        wrong = [n for n, t in state.items() if n in expected and tuple(t.shape) != expected[n]]
-        if wrong:
-            raise ValueError(f"weight {wrong[0]!r} has shape {tuple(state[wrong[0]].shape)}, the draft copy "
-                             f"needs {expected[wrong[0]]}")
+        every request's context is fed again on its next proposal. A missing or misshapen weight
+        is a ValueError naming it (:func:`write_gguf` checks them before anything changes)."""
         self._load(state)
         self.version += 1
 
@@ -183,7 +177,8 @@ class LlamaCppDrafter:
         rid = state.request_id
         check_new_request(state, self._slot, self.max_slots)
         context = state.context()
-        self._check(state, context)
+        check_draft_len(state, len(context), self.max_len)
+        check_draft_tokens(state, context, self.vocab_size)
         self._slot[rid] = self._free.pop()
         self._cached[rid] = []  # fed, batched, by the first proposal
 
@@ -213,15 +208,17 @@ class LlamaCppDrafter:
                 raise KeyError(f"request {state.request_id!r} was not started on the model drafter "
                                f"(or was finished)")
             context = state.context()
-            self._check(state, context)
+            check_draft_len(state, len(context), self.max_len)
             contexts.append(context)
+        keeps = [min(_common_prefix(self._cached[s.request_id], c), len(c) - 1) for s, c in zip(states, contexts)]
+        for state, context, keep in zip(states, contexts, keeps):
+            check_draft_tokens(state, context[keep:], self.vocab_size)  # before anything changes
         memory = self.lib.llama_get_memory(self._ctx)
         feeds = []  # (row, sequence, first position, tokens) of the first decode
-        for row, (state, context) in enumerate(zip(states, contexts)):
-            rid, seq = state.request_id, self._slot[state.request_id]
-            keep = min(_common_prefix(self._cached[rid], context), len(context) - 1)
+        for row, (state, context, keep) in enumerate(zip(states, contexts, keeps)):
+            seq = self._slot[state.request_id]
             self.lib.llama_memory_seq_rm(memory, seq, keep, -1)  # the rollback
-            self._cached[rid] = list(context)
+            self._cached[state.request_id] = list(context)
             feeds.append((row, seq, keep, context[keep:]))
         budgets = [min(k, self.max_len - len(c) + 1) for c in contexts]
         positions = [len(s.committed) + len(s.lookahead) for s in states]
@@ -229,7 +226,8 @@ class LlamaCppDrafter:
         out: list[list[int]] = [[] for _ in states]
         live = list(range(len(states)))
         for j in range(k):
-            drafted = self._sample(logits[live], [states[i] for i in live], [positions[i] + j for i in live])
+            drafted = sample_drafts(logits[live], [states[i] for i in live], [positions[i] + j for i in live],
+                                    self.noise, torch.device("cpu"))
             for i, token in zip(live, drafted):
                 out[i].append(token)
             live = [i for i, token in zip(live, drafted) if budgets[i] > j + 1]
@@ -245,15 +243,6 @@ class LlamaCppDrafter:
         return out
 
     # ------------------------------------------------------------------ internals
-
-    def _check(self, state: DraftState, context: list[int]) -> None:
-        if len(context) > self.max_len:
-            raise ValueError(f"request {state.request_id!r}: context of {len(context)} tokens is longer than the "
-                             f"drafter's max_len {self.max_len}")
-        bad = next((t for t in context if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"request {state.request_id!r}: token id {bad} is outside the draft copy's "
-                             f"vocabulary (size {self.vocab_size})")
 
     def _decode(self, feeds: list[tuple[int, int, int, list[int]]], rows: int) -> torch.Tensor:
         """Feed every (row, sequence, first position, tokens) and return each row's logits after its
@@ -281,14 +270,3 @@ class LlamaCppDrafter:
                 ptr = lib.llama_get_logits_ith(self._ctx, i)
                 out[row] = np.ctypeslib.as_array(ptr, shape=(self.vocab_size,))
         return torch.from_numpy(out)
-
-    def _sample(self, logits: torch.Tensor, states: list[DraftState], positions: list[int]) -> list[int]:
-        """The target's own sampling rule with its noise (greedy for ``noise="argmax"``), as
-        :meth:`specactor.drafters.model.ModelDrafter._sample` applies it: row i of ``logits`` is
-        ``states[i]``'s, at output position ``positions[i]``."""
-        rows = []
-        for state, pos in zip(states, positions):
-            temperature = state.temperature if self.noise == "shared" else 0.0
-            rows.append((temperature, 0, 1.0, state.seed, pos))
-        tokens, _ = sample(logits, SamplingBatch.build(rows, torch.device("cpu")))
-        return tokens.tolist()

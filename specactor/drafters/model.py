@@ -88,6 +88,38 @@ def check_new_request(state: DraftState, started: dict[str, int], max_slots: int
         raise ValueError(f"request {rid!r}: prompt is empty")
 
 
+def check_draft_tokens(state: DraftState, tokens: list[int], vocab_size: int) -> None:
+    """ValueError naming the first of ``tokens`` outside a draft model's vocabulary."""
+    if tokens and (max(tokens) >= vocab_size or min(tokens) < 0):
+        bad = next(t for t in tokens if not 0 <= t < vocab_size)
+        raise ValueError(
+            f"request {state.request_id!r}: token id {bad} is outside the draft model's vocabulary "
+            f"(size {vocab_size}); a draft model must share the target's tokenizer")
+
+
+def check_draft_len(state: DraftState, n: int, max_len: int) -> None:
+    """ValueError where a context of ``n`` tokens exceeds a model drafter's ``max_len``."""
+    if n > max_len:
+        raise ValueError(f"request {state.request_id!r}: context of {n} tokens is longer than the "
+                         f"drafter's max_len {max_len}")
+
+
+def sample_drafts(logits: torch.Tensor, states: list[DraftState], positions: list[int], noise: str,
+                  device: torch.device) -> list[int]:
+    """Row i of ``logits`` sampled as the target samples ``states[i]`` at output position
+    ``positions[i]``: its temperature and position-keyed noise (``noise="shared"``), or greedy
+    (``"argmax"``). Every model drafter drafts through this."""
+    rows = []
+    for state, pos in zip(states, positions):
+        temperature = state.temperature if noise == "shared" else 0.0
+        # DraftState has no top_k / top_p today; honour them if it ever does.
+        top_k = getattr(state, "top_k", 0) if noise == "shared" else 0
+        top_p = getattr(state, "top_p", 1.0) if noise == "shared" else 1.0
+        rows.append((temperature, top_k, top_p, state.seed, pos))
+    tokens, _ = sample(logits, SamplingBatch.build(rows, device))
+    return tokens.tolist()
+
+
 class ModelDrafter:
     """Drafts ``k`` tokens per request with a small causal LM, in ``k`` batched forwards.
 
@@ -135,20 +167,6 @@ class ModelDrafter:
         self.forwards = 0  # batched forwards run (for benchmarks)
         self.drafted = 0  # tokens proposed
 
-    # ------------------------------------------------------------------ checks
-
-    def _check_tokens(self, state: DraftState, tokens: list[int]) -> None:
-        if tokens and (max(tokens) >= self.vocab_size or min(tokens) < 0):
-            bad = next(t for t in tokens if not 0 <= t < self.vocab_size)
-            raise ValueError(
-                f"request {state.request_id!r}: token id {bad} is outside the draft model's vocabulary "
-                f"(size {self.vocab_size}); a draft model must share the target's tokenizer")
-
-    def _check_len(self, state: DraftState, n: int) -> None:
-        if n > self.max_len:
-            raise ValueError(f"request {state.request_id!r}: context of {n} tokens is longer than the "
-                             f"drafter's max_len {self.max_len}")
-
     # ------------------------------------------------------------------ protocol
 
     @property
@@ -160,8 +178,8 @@ class ModelDrafter:
         rid = state.request_id
         check_new_request(state, self._slot, self.max_slots)
         context = state.context()
-        self._check_len(state, len(context))
-        self._check_tokens(state, context)
+        check_draft_len(state, len(context), self.max_len)
+        check_draft_tokens(state, context, self.vocab_size)
         slot = len(self._ids)
         self._ids.append(rid)
         self._slot[rid] = slot
@@ -219,7 +237,7 @@ class ModelDrafter:
                 raise KeyError(f"request {state.request_id!r} was not started on the model drafter "
                                f"(or was finished)")
             context = state.context()
-            self._check_len(state, len(context))
+            check_draft_len(state, len(context), self.max_len)
             contexts.append(context)
         if len({s.request_id for s in states}) != len(states):
             raise ValueError("propose() got the same request twice")
@@ -238,7 +256,7 @@ class ModelDrafter:
         for row, i in enumerate(order):
             context = contexts[i]
             keep = min(_common_prefix(self._cached[row], context), len(context) - 1)
-            self._check_tokens(states[i], context[keep:])  # before anything changes
+            check_draft_tokens(states[i], context[keep:], self.vocab_size)  # before anything changes
             keeps.append(keep)
             chunks.append(context[keep:])
         for row, (keep, new) in enumerate(zip(keeps, chunks)):
@@ -278,15 +296,7 @@ class ModelDrafter:
 
     def _sample(self, logits: torch.Tensor, states: list[DraftState], positions: list[int]) -> list[int]:
         """The target's own sampling rule, with its noise (or greedy for ``noise="argmax"``)."""
-        rows = []
-        for state, pos in zip(states, positions):
-            temperature = state.temperature if self.noise == "shared" else 0.0
-            # DraftState has no top_k / top_p today; honour them if it ever does.
-            top_k = getattr(state, "top_k", 0) if self.noise == "shared" else 0
-            top_p = getattr(state, "top_p", 1.0) if self.noise == "shared" else 1.0
-            rows.append((temperature, top_k, top_p, state.seed, pos))
-        tokens, _ = sample(logits, SamplingBatch.build(rows, self.device))
-        return tokens.tolist()
+        return sample_drafts(logits, states, positions, self.noise, self.device)
 
     def _swap(self, a: int, b: int) -> None:
         """Exchange slots ``a`` and ``b`` (cache contents, lengths and bookkeeping)."""

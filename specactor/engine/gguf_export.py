@@ -24,16 +24,15 @@ from typing import Mapping
 import numpy as np
 
 from specactor.engine.config import ModelConfig
+from specactor.engine.model_registry import GGUF_GLOBAL_NAMES, GGUF_LAYER_NAMES
 
 #: quantisation name -> llama.cpp's tensor type name (gguf.GGMLQuantizationType)
 QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "f16": "F16", "f32": "F32"}
 DEFAULT_QUANT = "q8_0"
 
-_LAYER_TENSORS = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-}
+#: Hugging Face names -> GGUF names, the reader's tables turned round
+_LAYER_TENSORS = {hf: gguf_name for gguf_name, hf in GGUF_LAYER_NAMES.items()}
+_GLOBAL_TENSORS = {hf: gguf_name for gguf_name, hf in GGUF_GLOBAL_NAMES.items()}
 
 
 def permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -70,12 +69,10 @@ def _rope_factors(cfg: ModelConfig, arch: str) -> np.ndarray | None:
 
 
 def _tensor_name(hf_name: str) -> str:
-    if hf_name == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf_name == "model.norm.weight":
-        return "output_norm.weight"
-    if hf_name == "lm_head.weight":
-        return "output.weight"
+    """The GGUF name of a Hugging Face weight: the inverse of the reader's table
+    (:data:`specactor.engine.model_registry.GGUF_LAYER_NAMES`)."""
+    if hf_name in _GLOBAL_TENSORS:
+        return _GLOBAL_TENSORS[hf_name]
     parts = hf_name.split(".")
     if len(parts) >= 5 and parts[:2] == ["model", "layers"]:
         module = ".".join(parts[3:-1])

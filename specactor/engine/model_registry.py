@@ -146,7 +146,7 @@ def cache_dir() -> Path:
 # --------------------------------------------------------------------------
 
 #: GGUF per-layer tensor names -> Hugging Face Llama names.
-_LAYER_NAMES = {
+GGUF_LAYER_NAMES = {
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
@@ -157,20 +157,20 @@ _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
-_GLOBAL_NAMES = {
+GGUF_GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
 
 
-def _hf_name(gguf_name: str) -> str:
+def hf_name(gguf_name: str) -> str:
     """Hugging Face Llama name of a GGUF tensor name."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
+    if gguf_name in GGUF_GLOBAL_NAMES:
+        return GGUF_GLOBAL_NAMES[gguf_name]
     parts = gguf_name.split(".")
-    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{int(parts[1])}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in GGUF_LAYER_NAMES:
+        return f"model.layers.{int(parts[1])}.{GGUF_LAYER_NAMES[parts[2]]}.{parts[3]}"
     raise ValueError(f"unexpected GGUF tensor {gguf_name!r} in a llama GGUF")
 
 
@@ -267,7 +267,7 @@ def _dequantised_tensors(reader: Any, config: dict[str, Any]) -> dict[str, np.nd
             w = unpermute_rope(w, config["num_attention_heads"])
         elif t.name.endswith("attn_k.weight"):
             w = unpermute_rope(w, config["num_key_value_heads"])
-        tensors[_hf_name(t.name)] = np.ascontiguousarray(w)
+        tensors[hf_name(t.name)] = np.ascontiguousarray(w)
     return tensors
 
 

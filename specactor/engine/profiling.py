@@ -73,6 +73,11 @@ def check_profile(text: str, name: str) -> ProfileTables:
         data = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"cost profile {name} is not JSON: {exc}") from None
+    return check_profile_data(data, name)
+
+
+def check_profile_data(data: Any, name: str) -> ProfileTables:
+    """:func:`check_profile` of a profile already parsed from JSON."""
     if not isinstance(data, dict):
         raise ValueError(f"cost profile {name} is not a JSON object")
 
@@ -192,13 +197,12 @@ def load_cached(path: Path, key: dict[str, Any], min_chunk: int = 0) -> tuple[bo
     if not path.is_file():
         return False, "absent"
     try:
-        text = path.read_text()
-        data = json.loads(text)
+        data = json.loads(path.read_text())
         if not isinstance(data, dict):
             return False, "not a JSON object"
         if data.get("key") != key:
             return False, "measured for another key"
-        check_profile(text, str(path))
+        check_profile_data(data, str(path))
         measured = max(data.get("chunk_lens") or [0])
         if measured < min_chunk:
             return False, f"measured chunks up to {measured} tokens a row, the window needs {min_chunk}"

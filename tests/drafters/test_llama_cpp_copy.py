@@ -101,6 +101,10 @@ def test_after_a_weight_update_it_drafts_with_the_new_weights(tiny) -> None:
         fresh.start(s)
     assert after == fresh.propose(states, 8) and drafter.version == 1
     assert after != before  # the old copy would have drafted otherwise
+    misshapen = dict(updated, **{"model.norm.weight": torch.ones(3)})
+    with pytest.raises(ValueError, match=r"model.norm.weight.*\(3,\)"):
+        drafter.load_weights(misshapen)
+    assert drafter.version == 1 and drafter.propose(states, 8) == after  # the copy it had, unchanged
 
 
 def test_bad_requests_are_refused_by_name_and_change_nothing(tiny) -> None:

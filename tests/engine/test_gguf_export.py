@@ -12,24 +12,10 @@ import torch
 
 from specactor.engine.config import ModelConfig
 from specactor.engine.gguf_export import QUANTS, permute_rope, write_gguf
-from specactor.engine.model_registry import unpermute_rope
+from specactor.engine.model_registry import hf_name, unpermute_rope
 from tests.conftest import ours_from_hf, tiny_hf_model
 
 gguf = pytest.importorskip("gguf")
-
-_BACK = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-         "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-         "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
-
-
-def _hf_name(name: str) -> str:
-    glob = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-            "output.weight": "lm_head.weight"}
-    if name in glob:
-        return glob[name]
-    _, layer, part, kind = name.split(".")
-    return f"model.layers.{layer}.{_BACK[part]}.{kind}"
-
 
 def _read(path: Path, cfg: ModelConfig, arch: str) -> dict[str, np.ndarray]:
     """The file's tensors under Hugging Face names and layout, dequantised."""
@@ -43,7 +29,7 @@ def _read(path: Path, cfg: ModelConfig, arch: str) -> dict[str, np.ndarray]:
             w = unpermute_rope(w, cfg.num_heads)
         elif arch == "llama" and t.name.endswith("attn_k.weight"):
             w = unpermute_rope(w, cfg.num_kv_heads)
-        out[_hf_name(t.name)] = w
+        out[hf_name(t.name)] = w
     return out
 
 
