@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from specactor.config import BACKENDS, GRAPHED_PROFILE, EngineConfig, torch_dtype
+from specactor.config import GRAPHED_PROFILE, EngineConfig, torch_dtype
 
 
 def check_backend(config: EngineConfig) -> None:
@@ -56,9 +56,8 @@ class LoadedEngine:
 def load_engine(folder: Any, settings: EngineSettings, log: Any) -> LoadedEngine:
     """The engine for the model in ``folder``, its cost profile measured first where ``settings``
     asks for one and none is cached (the timings must not share the cores with rollouts); on a GPU
-    our engine's CUDA graphs are captured before it serves, none mid-rollout."""
-    if settings.backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {settings.backend!r}")
+    our engine's CUDA graphs are captured before it serves, none mid-rollout. ``settings.backend``
+    is one of :data:`specactor.config.BACKENDS` (the VerifyActor refuses any other when built)."""
     import torch
 
     if settings.threads:
