@@ -15,6 +15,12 @@ autoregressive one:
   steered by the policy.
 
 ``--quants`` picks the model drafter's copies (default: llama-q8_0 and torch's int8w).
+
+Beside them, the ceilings on this machine's cost profile (the verifier's, on every core) and the
+run's own sample lengths, the oracle choosing every window (``specactor.bench.ceilings``): a
+perfect drafter that costs nothing; the first copy at the acceptance it showed here, costing
+nothing; and that copy at its measured cost a proposal per batch size
+(:mod:`specactor.drafters.cost_profile`), added to the verify step, as coupled on shared cores.
 Writes ``--out`` (JSON) and prints a table.
 """
 
@@ -57,6 +63,30 @@ async def run_once(fields: dict, prompts: list[list[int]], params: SamplingParam
         seconds = time.perf_counter() - t0
     return {"seconds": seconds, "tokens": {r.request_id: r.token_ids for r in results},
             "drafted": sum(r.stats.drafted for r in results), "accepted": sum(r.stats.accepted for r in results)}
+
+
+def ceilings(folder, quant: str, lengths: list[int], acceptance: float, cores: int) -> dict[str, float]:
+    """The oracle's speedups over autoregressive on this machine's profile (see the docstring)."""
+    from specactor.bench.ceilings import uniform_drafter
+    from specactor.drafters.cost_profile import PREFILL, ensure_draft_profile
+    from specactor.drafters.model import default_model_drafter
+    from specactor.engine.profiling import resolve_profile
+    from specactor.policy.cost_model import CostModel, DraftCost
+
+    cost = CostModel.from_profile(resolve_profile("auto", folder, dtype="float32", device="cpu", threads=cores))
+    drafter = default_model_drafter(folder, quant=quant, max_slots=max(2, len(lengths)), max_len=1024,
+                                    threads=cores)
+    table = {b: s for b, s in ensure_draft_profile(drafter, str(folder), cores).items() if b != PREFILL}
+    priced = DraftCost()
+    priced.adopt_table(table)
+    out = {}
+    for name, p, draft in (("perfect drafter, free", 1.0, None), (f"{quant} at its acceptance, free", acceptance, None),
+                           (f"{quant} at its acceptance and measured cost", acceptance, priced)):
+        speedup, tail = uniform_drafter(lengths, cost, p, draft)
+        out[name] = round(speedup, 3)
+    out["profile"] = cost.source
+    out["draft_ms_by_batch"] = {b: round(1000 * s, 2) for b, s in table.items()}
+    return out
 
 
 def main() -> None:
@@ -106,8 +136,17 @@ def main() -> None:
         acc = "-" if row["accepted_per_drafted"] is None else f"{row['accepted_per_drafted']:.2f}"
         print(f"| {row['setup']} | {row['median_s']:.2f} | {row['speedup']:.2f}x | {acc} | "
               f"{row['differing']} of {row['samples']} |")
+    first = next((row for row in rows if row["accepted_per_drafted"] is not None), None)
+    bounds = {}
+    if first is not None:
+        quant = first["setup"].split(", ")[1]
+        lengths = [len(tokens) for tokens in reference.values()]
+        bounds = ceilings(folder, quant, lengths, first["accepted_per_drafted"], cores)
+        print("\nceilings (oracle windows, this machine's profile, these lengths): "
+              + "; ".join(f"{k} {v:.2f}x" for k, v in bounds.items() if isinstance(v, float)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
+        "ceilings": bounds,
         "prompts": args.prompts, "max_tokens": args.max_tokens, "temperature": args.temperature,
         "repeats": args.repeats, "cores": cores, "rows": rows,
         "output_tokens": sum(map(len, reference.values())),

@@ -192,6 +192,15 @@ class EngineConfig:
         return [m for m in self.active_drafters if m in MODEL_METHODS and not (own_cores and m == "model")]
 
     @property
+    def lent_threads(self) -> int:
+        """Threads the verifier's forward adds while no request drafts with the model drafter: that
+        drafter's own cores (``drafter_threads``), where it has them (not in :attr:`drafters_on_verifier`)
+        and the verifier is our engine on the CPU with a thread count set."""
+        model_own_cores = "model" in self.active_drafters and "model" not in self.drafters_on_verifier
+        lend = self.mode == "specactor" and self.backend == "torch" and self.device == "cpu" and model_own_cores
+        return self.drafter_threads if lend else 0
+
+    @property
     def active_drafters(self) -> list[str]:
         if self.mode == "autoregressive":
             return []

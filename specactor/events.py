@@ -91,6 +91,12 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         ("method", "version", "idle", "sequences", "tokens", "epochs", "seconds", "loss_first", "loss_last", "vocab",
          "interrupted"),
     ),
+    "draft.profiled": (
+        "A model drafter measured what a proposal costs at each batch size (none was cached for this drafter, "
+        "quantisation, threads and CPU): milliseconds a round giving each row one token, by batch size, and under "
+        "0 the milliseconds a context token its first proposal feeds; cached at `path`.",
+        ("path", "seconds", "ms_by_batch"),
+    ),
     "draft.failed": ("A drafter raised on a request; it goes on without that drafter's drafts.",
                      ("method", "request_id", "error")),
     "policy.ready": (
@@ -109,6 +115,11 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
         "most a quarter of the time between plans: a plan's CPU time and a step's forward time (a GPU step's "
         "sampler and bookkeeping are not in it), in milliseconds.",
         ("steps", "plan_ms", "step_ms", "batch"),
+    ),
+    "policy.draft_cost": (
+        "The policy prices a model drafter by the cost table it measured (milliseconds a proposal round giving each "
+        "row one token, by batch size), from now on scaled by what the drafter reports.",
+        ("method", "ms_by_batch"),
     ),
     "policy.profile": (
         "The cost profile the policy decides on: this machine's, measured now (seconds it took) or cached, "

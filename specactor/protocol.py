@@ -270,6 +270,7 @@ class Verdict(_Msg, tag=24):
     scores: dict[str, list[int]] = {}
     max_tokens: int = 0
     greedy: bool = False
+    prompt_len: int = 0  # 0: not told (a model drafter's first draft feeds prompt + output first)
 
 
 class VerdictBatch(_Msg, tag=25):
@@ -281,6 +282,7 @@ class VerdictBatch(_Msg, tag=25):
     step_ns: int = 0
     batch_size: int = 0
     waiting: int = 0
+    lent: bool = False  # the forward ran on a model drafter's idle cores too (VerifyActor.lend_threads)
 
 
 class Track(_Msg, tag=26):

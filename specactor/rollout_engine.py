@@ -101,7 +101,7 @@ class RolloutEngine:
                            "learners": [f"draft-{m}" for m in cfg.active_drafters if m in LEARNING_METHODS],
                            "profile": cfg.measure_profile, "backend": cfg.backend,
                            "share_prompts": cfg.share_prompts, "cuda_graphs": cfg.cuda_graphs,
-                           "inline_steps": cfg.inline_steps}
+                           "inline_steps": cfg.inline_steps, "lend_threads": cfg.lent_threads}
         await self._spawn("verifier", "specactor.verifier.actor:VerifyActor", verifier_kwargs, cfg.processes)
         for method in cfg.active_drafters:
             # cheap drafters share this process; a model drafter gets its own. Only an actor with a
@@ -109,11 +109,13 @@ class RolloutEngine:
             # caller's (an RL loop training in this process) must stay as it is.
             own_process = cfg.processes and method in MODEL_METHODS
             kwargs = {"method": method, "k": cfg.k, "window": cfg.max_window, "model": cfg.model,
-                      "policy": "policy" if use_policy else None,
+                      "policy": "policy" if use_policy else None, "measure_cost": cfg.measure_profile,
                       "threads": cfg.drafter_threads if own_process else None}
             if method in MODEL_METHODS:  # sized like the verifier: it drafts for every running request
                 kwargs["drafter_options"] = {"device": cfg.device, "max_slots": cfg.max_batch,
                                              "max_len": cfg.max_len + cfg.max_window}
+                if method == "model" and own_process:
+                    kwargs["drafter_options"]["threads"] = cfg.drafter_threads
                 if method == "model" and cfg.draft_quant is not None:
                     kwargs["drafter_options"]["quant"] = cfg.draft_quant
             await self._spawn(f"draft-{method}", "specactor.drafters.actor:DraftActor", kwargs, own_process)

@@ -50,3 +50,12 @@ def shadow_lookahead() -> int:
     request repeating itself is scored on every step (a wrong draft is scored where it first
     disagrees, and the next comes SHADOW_STRIDE steps later)."""
     return decoupled_lookahead(1) + SHADOW_STRIDE - 1
+
+
+#: StatsReply keys by which a model drafter tells the policy its measured cost table:
+#: ``draft_cost_s/<batch>`` = seconds of one proposal round giving each of ``batch`` rows a token
+#: (specactor.drafters.cost_profile measures it; specactor.policy.cost_model.DraftCost prices with it)
+DRAFT_COST_STATS = "draft_cost_s/"
+#: and its seconds per context token fed at once, as a request's first proposal feeds its prompt and
+#: output so far (the policy waits that long for an exploration's first draft)
+DRAFT_PREFILL_STATS = "draft_prefill_s"

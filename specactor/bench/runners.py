@@ -65,6 +65,8 @@ class Mode:
     drafters: list[str] = field(default_factory=list)
     prompt_lookup: int = 0
     max_prompts: int | None = None  # run only the first prompts (a mode too slow for the whole workload)
+    #: CPU cores of the model drafter's own (the verifier gets the rest, and these while it is idle)
+    draft_cores: int = 0
 
     def note(self, work: Workload) -> str:
         """What the table must say about this mode's run, if it is not the whole workload."""
@@ -82,6 +84,9 @@ async def run_engine(mode: Mode, work: Workload, temperature: float,
     config = replace(work.engine, mode=mode.engine_mode, drafters=mode.drafters or ["ngram"],
                      max_batch=len(work.prompt_ids) * work.n,
                      max_len=max(map(len, work.prompt_ids)) + work.max_tokens, events_path=events)
+    if mode.draft_cores and config.device == "cpu":
+        cores = config.verifier_threads or os.cpu_count() or 2
+        config = replace(config, verifier_threads=max(1, cores - mode.draft_cores), drafter_threads=mode.draft_cores)
     records = []
     before = PeakMemory.tree_mb()
     async with RolloutEngine(config) as engine:

@@ -57,6 +57,8 @@ MODES: dict[str, Mode] = {
     "coupled suffix": Mode("coupled suffix", "engine", "coupled", ["suffix"]),
     "specactor": Mode("specactor", "engine", "specactor", ["ngram", "suffix"]),
     "specactor+learned": Mode("specactor+learned", "engine", "specactor", ["ngram", "suffix", "learned"]),
+    # the quantised self-copy on a core of its own, lent to the verifier while it drafts nothing
+    "specactor+model": Mode("specactor+model", "engine", "specactor", ["ngram", "suffix", "model"], draft_cores=1),
     "vllm": Mode("vllm", "vllm"),
 }
 

@@ -193,7 +193,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
                             "much within minutes)")
     bench.add_argument("--modes", default=None,
                        help="comma-separated, autoregressive first (default: autoregressive,specactor; also "
-                            "transformers, transformers+pld, coupled ngram, coupled suffix, specactor+learned, vllm)")
+                            "transformers, transformers+pld, coupled ngram, coupled suffix, specactor+learned, "
+                            "specactor+model (the quantised self-copy on a core of its own), vllm)")
     bench.add_argument("--out", default="bench/results/suite", help="output folder")
     add_engine_arguments(bench, without=("mode", "drafters", "seed", "events", "max_len"))
     bench.set_defaults(func=_bench)

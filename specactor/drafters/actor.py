@@ -46,6 +46,9 @@ COALESCE_S = 0.001
 #: tracked and untracked every few periods, and each Track indexed the whole context again (T=1 on
 #: 2 cores: ~15% of the caller's CPU, taken from the verifier's forward)
 PARKED_TOKENS = 1 << 18
+#: a model copy lacking more than this many tokens of a decoupled request's context is fed them
+#: before it drafts (see DraftActor._cold)
+COLD_TOKENS = 16
 #: a lookup drafter's round for at most this many requests runs on the event loop, not the worker
 #: thread: it takes 0.05-0.1 ms a request, and the hop to the thread and back cost ~30 us of CPU
 #: and three context switches a round (each taking a core from the verifier on a 2-core machine)
@@ -64,11 +67,14 @@ class DraftActor(Actor):
         threads: int | None = None,
         drafter_options: dict[str, Any] | None = None,
         policy: str | None = None,
+        measure_cost: bool = False,
         **kwargs: Any,
     ) -> None:
-        """``policy``: told at once when the drafter becomes ready (it otherwise polls every few steps)."""
+        """``policy``: told at once when the drafter becomes ready (it otherwise polls every few steps).
+        ``measure_cost``: a model drafter measures (or finds cached) what its proposals cost at each
+        batch size and tells the policy (:mod:`specactor.drafters.cost_profile`)."""
         super().__init__(name, **kwargs)
-        self.policy = policy
+        self.policy, self.measure_cost = policy, measure_cost
         if k < 1 or window < k:
             raise ValueError(f"need 1 <= k <= window (got k={k}, window={window})")
         self.method, self.verifier, self.k, self.window = method, verifier, k, window
@@ -94,6 +100,7 @@ class DraftActor(Actor):
         self._rollouts: list[p.Rollouts] = []  # finished samples, for a drafter that learns from them
         self._idle_rollouts = False  # the verifier went idle after sending some: time to train
         self._stop_training = threading.Event()  # a request came in: cut the idle training round short
+        self._cost_table: dict[str, float] = {}  # the measured cost table, as StatsReply values
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0, "version": 0,
                       "trained": 0}
 
@@ -109,7 +116,24 @@ class DraftActor(Actor):
             from specactor.engine.model import hf_shapes
 
             self._updates.expected = hf_shapes(ModelConfig.from_dir(resolve_model(self.model_name)))
+        if self.measure_cost and self.method == "model" and self.policy is not None:
+            await self._profile_cost()
         self.start_loop(self._drafting_loop())
+
+    async def _profile_cost(self) -> None:
+        """Measure (or find cached) what a proposal costs at each batch size and tell the policy
+        at once, so that it prices the model copy before the first plan."""
+        import torch
+
+        from specactor.drafters.cost_profile import ensure_draft_profile, table_to_stats
+        from specactor.engine.model_registry import resolve_model
+
+        threads = getattr(self.drafter, "threads", None) or self.threads or torch.get_num_threads()
+        model = str(resolve_model(self.model_name))
+        table = await self.run_blocking(lambda: ensure_draft_profile(self.drafter, model, threads, log=self.log))
+        self._cost_table = table_to_stats(table)
+        if self.policy in self.directory and self.policy not in self.dead_peers:
+            await self.send(self.policy, self._stats_reply())
 
     def on_closed(self) -> None:
         self._stop_training.set()  # a round on the worker thread would outlive the actor by minutes
@@ -195,7 +219,8 @@ class DraftActor(Actor):
 
     def _stats_reply(self) -> p.StatsReply:
         return p.StatsReply(name=self.name, values={**self.stats, "tracked": len(self.states),
-                                                    "parked": len(self._parked), "ready": int(self._can_draft())})
+                                                    "parked": len(self._parked), "ready": int(self._can_draft()),
+                                                    **self._cost_table})
 
     def _log_trained(self, report: Any, version: int, idle: bool) -> None:
         self.stats["trained"] += not report.interrupted
@@ -254,7 +279,14 @@ class DraftActor(Actor):
             state = DraftState(msg.request_id, list(msg.context_ids[: msg.prompt_len]),
                                committed=list(msg.context_ids[msg.prompt_len:]), seed=msg.seed,
                                temperature=msg.temperature)
-            self.drafter.start(state)
+            while True:
+                try:
+                    self.drafter.start(state)
+                    break
+                except RuntimeError:  # a model copy's slots are full: parked requests give theirs up
+                    if not self._parked:
+                        raise
+                    self.drafter.finish(self._unpark(next(iter(self._parked))))
         self.states[msg.request_id] = state
         longest = self.window if msg.mode == p.DraftMode.COUPLED else decoupled_lookahead(self.window)
         self.windows[msg.request_id] = max(1, min(msg.window or self.window, longest))
@@ -268,7 +300,7 @@ class DraftActor(Actor):
         if state is None and not park:
             state = self._unpark(request_id)  # a parked request untracked for good: finish it
         if state is not None and self.drafter is not None:
-            if park and getattr(self.drafter, "lookup", False):
+            if park:
                 self._park(state)
             else:
                 self.drafter.finish(state)
@@ -295,7 +327,9 @@ class DraftActor(Actor):
                 self._untrack(verdict.request_id)
 
     def _park(self, state: DraftState) -> None:
-        """Keep a lookup's state for a request that goes on without this drafter for now."""
+        """Keep the state of a request that goes on without this drafter for now: a lookup's index,
+        a model copy's cache (a request the policy turns off and on again is not fed again from
+        its prompt: one core of the default model's q8_0 copy feeds ~2 ms a token)."""
         assert self.drafter is not None
         state.lookahead.clear()
         self._parked[state.request_id] = state
@@ -345,6 +379,14 @@ class DraftActor(Actor):
                 else len(s.lookahead) < self.windows[r] and self._stalled.get(r) != len(s.committed))
         ]
 
+    def _cold(self, ready: list[DraftState]) -> list[DraftState]:
+        """Decoupled requests whose context a model copy has yet to be fed most of (more than
+        COLD_TOKENS): fed apart from drafting, so that their drafts start where the request is."""
+        cold = getattr(self.drafter, "cold", None)
+        if cold is None:
+            return []
+        return [s for s in ready if s.request_id not in self.coupled and cold(s) > COLD_TOKENS]
+
     def _propose(self, ready: list[DraftState], k: int) -> list[list[int]]:
         """One batched proposal round; if it fails, each request alone, so that one request the
         drafter cannot serve (a context too long for it) costs only its own drafts. A failing
@@ -381,6 +423,16 @@ class DraftActor(Actor):
                 self._wake.clear()  # before the flush: a message handled while it sends wakes the wait
                 await self._flush()
                 await self._wake.wait()
+                continue
+            cold = self._cold(ready)
+            if cold:  # feed them first, then catch up with the verdicts that came meanwhile
+                self._busy = True
+                try:
+                    await self.run_blocking(self.drafter.prefill, cold)  # type: ignore[attr-defined]
+                finally:
+                    self._busy = False
+                self._apply_queued()
+                await asyncio.sleep(0)
                 continue
             room = max(self.windows[s.request_id] - len(s.lookahead) for s in ready)
             lookup = getattr(self.drafter, "lookup", False)

@@ -100,7 +100,10 @@ class LlamaCppDrafter:
         self.forwards = 0  # decodes run (for benchmarks)
         self.drafted = 0  # tokens proposed
         self.version = 0  # weight updates loaded
+        #: a decode of fewer tokens than this runs as one-token decodes (see :meth:`_calibrate`)
+        self.split_below = 0
         self._load(state)
+        self._calibrate()
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike[str], **kwargs: Any) -> "LlamaCppDrafter":
@@ -193,6 +196,33 @@ class LlamaCppDrafter:
         self.lib.llama_memory_seq_rm(self.lib.llama_get_memory(self._ctx), seq, -1, -1)
         self._free.append(seq)
 
+    def cold(self, state: DraftState) -> int:
+        """How many of ``state``'s context tokens its sequence lacks (its first proposal feeds them)."""
+        context = state.context()
+        return len(context) - _common_prefix(self._cached.get(state.request_id, []), context)
+
+    def prefill(self, states: list[DraftState]) -> None:
+        """Feed what each sequence lacks of its context but the last token, in one batched decode,
+        without drafting: a decoupled caller does this first, then catches up with the verdicts
+        that came meanwhile (a first proposal that fed a 200-token prompt on one core came 15
+        steps late, its drafts all overtaken)."""
+        feeds = []
+        memory = self.lib.llama_get_memory(self._ctx)
+        for row, state in enumerate(states):
+            if state.request_id not in self._slot:
+                raise KeyError(f"request {state.request_id!r} was not started on the model drafter")
+            context = state.context()[:-1]
+            check_draft_len(state, len(context) + 1, self.max_len)
+            keep = _common_prefix(self._cached[state.request_id], context)
+            check_draft_tokens(state, context[keep:], self.vocab_size)
+            if keep < len(context):
+                seq = self._slot[state.request_id]
+                self.lib.llama_memory_seq_rm(memory, seq, keep, -1)
+                self._cached[state.request_id] = list(context)
+                feeds.append((row, seq, keep, context[keep:]))
+        if feeds:
+            self._decode(feeds, len(states))
+
     def propose(self, states: list[DraftState], k: int) -> list[list[int]]:
         """``k`` tokens continuing each state's context: one decode feeds what every sequence lacks,
         then ``k - 1`` decodes of one token a row. Fewer (at least one) only for a request whose
@@ -244,15 +274,56 @@ class LlamaCppDrafter:
 
     # ------------------------------------------------------------------ internals
 
-    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], rows: int) -> torch.Tensor:
+    def _calibrate(self, prompt: int = 32, repeats: int = 3) -> None:
+        """Measure whether llama.cpp's batched kernel beats one-token decodes at small sizes.
+
+        Its one-row kernels are memory-bound and fast; its batched 8-bit kernel is slower per
+        token until several tokens share it (the default model's q8_0 copy on a 2-core AVX-512
+        CPU, one thread: one token 7.6 ms, two tokens together 24 ms, two sequences together
+        28 ms). Here ``n`` tokens are timed together and one at a time, for n = 2, 3, 4, 6, 8,
+        and decodes of fewer tokens than the first size where together wins run split."""
+        import time
+
+        seqs = min(self.max_slots, 8)
+        if seqs < 2 or self.max_len < prompt + 4:
+            return
+        memory = self.lib.llama_get_memory(self._ctx)
+        self._decode([(0, s, 0, [(3 + 7 * s + j) % self.vocab_size for j in range(prompt)]) for s in range(seqs)],
+                     seqs)
+
+        def timed(feeds: list[tuple[int, int, int, list[int]]]) -> float:
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                self._decode(feeds, len(feeds), split=False)
+                best = min(best, time.perf_counter() - t0)
+                for _, seq, pos, _ in feeds:
+                    self.lib.llama_memory_seq_rm(memory, seq, pos, -1)
+            return best
+
+        one = timed([(0, 0, prompt, [5])])
+        self.split_below = 2
+        for n in (2, 3, 4, 6, 8):
+            if n > seqs:
+                break
+            together = timed([(s, s, prompt, [5]) for s in range(n)])
+            if together <= n * one:
+                break
+            self.split_below = n + 1
+        for s in range(seqs):
+            self.lib.llama_memory_seq_rm(memory, s, -1, -1)
+
+    def _decode(self, feeds: list[tuple[int, int, int, list[int]]], rows: int, split: bool = True) -> torch.Tensor:
         """Feed every (row, sequence, first position, tokens) and return each row's logits after its
-        last token (rows without a feed: zeros, never read). Decodes in chunks of the batch size."""
+        last token (rows without a feed: zeros, never read). Decodes in chunks of the batch size,
+        or a token at a time where fewer than ``split_below`` tokens are fed (faster there)."""
         lib, batch = self.lib, self._batch
         out = np.zeros((rows, self.vocab_size), dtype=np.float32)
         pending = [(row, seq, pos + n, token, n == len(tokens) - 1)
                    for row, seq, pos, tokens in feeds for n, token in enumerate(tokens)]
-        for start in range(0, len(pending), self._batch_size):
-            chunk = pending[start:start + self._batch_size]
+        size = 1 if split and len(pending) < self.split_below else self._batch_size
+        for start in range(0, len(pending), size):
+            chunk = pending[start:start + size]
             batch.n_tokens = len(chunk)
             wanted = []
             for i, (row, seq, pos, token, last) in enumerate(chunk):

@@ -42,7 +42,8 @@ def permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def _architecture(cfg: ModelConfig) -> str:
+def gguf_architecture(cfg: ModelConfig) -> str:
+    """llama.cpp's architecture name for ``cfg``; ValueError for a model this layout cannot hold."""
     if cfg.model_type == "qwen2":
         return "qwen2"
     if cfg.model_type in ("llama", "mistral"):
@@ -95,7 +96,7 @@ def write_gguf(cfg: ModelConfig, state: Mapping[str, object], path: str | os.Pat
 
     if quant not in QUANTS:
         raise ValueError(f"draft quantisation {quant!r}: choose one of {', '.join(QUANTS)}")
-    arch = _architecture(cfg)
+    arch = gguf_architecture(cfg)
     rope_factors = _rope_factors(cfg, arch)
     qtype = gguf.GGMLQuantizationType[QUANTS[quant]]
     block = gguf.GGML_QUANT_SIZES[qtype][0]

@@ -297,7 +297,8 @@ class Engine(ServesToCompletion):
             report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=seq.output_ids[start:],
                                            accepted=accepted, drafted=drafted, method=method,
                                            finished=seq.finished, scores=scores if tree is not None else {},
-                                           max_tokens=seq.params.max_tokens, greedy=seq.params.temperature == 0))
+                                           max_tokens=seq.params.max_tokens, greedy=seq.params.temperature == 0,
+                                           prompt_len=len(seq.prompt_ids)))
             if seq.finished:
                 finished_slots.append(slot)
         report.finished = [self.running[s] for s in finished_slots]

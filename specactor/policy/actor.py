@@ -26,11 +26,11 @@ from typing import Any
 
 from specactor import protocol as p
 from specactor.actor import Actor
-from specactor.speculation import DEFAULT_WINDOW
+from specactor.speculation import DEFAULT_WINDOW, DRAFT_PREFILL_STATS
 from specactor.speculation import LEARNING_METHODS
 from specactor.policy.bandit import FastestOfN
 from specactor.policy.bandit_state import DORMANT_SLOWDOWN, Choice
-from specactor.policy.cost_model import CostModel
+from specactor.policy.cost_model import CostModel, table_from_stats
 
 #: the most of the wall time between two plans that planning may take
 PLAN_SHARE = 0.25
@@ -75,6 +75,9 @@ class PolicyActor(Actor):
 
     async def on_start(self) -> None:
         self.log.info("policy.profile", path=self.cost.source, seconds=0.0, cached=self.cost.source != "packaged")
+        for method in self.methods:  # a model drafter's measured costs, before the first plan
+            if f"draft-{method}" in self.directory and f"draft-{method}" not in self.dead_peers:
+                await self.send(f"draft-{method}", p.StatsRequest())
         await self._send_default(batch=1)
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -119,12 +122,16 @@ class PolicyActor(Actor):
                 for method in assigned.methods:
                     fon.observe_offer(v.request_id, method, method in offered)
             fon.observe_commit(v.request_id, len(v.tokens), v.tokens)
-            fon.observe_limit(v.request_id, v.max_tokens - v.start - len(v.tokens) if v.max_tokens else -1, v.greedy)
+            fon.observe_limit(v.request_id, v.max_tokens - v.start - len(v.tokens) if v.max_tokens else -1, v.greedy,
+                              v.prompt_len)
             fed += 1 + v.drafted
             rows += v.drafted > 0
             prefill |= v.start == 0  # a prompt was fed: the step's time is not a verify step's
         if batch.step_ns and batch.batch_size and not prefill:
-            self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9, rows=rows)
+            if batch.lent:  # on a model drafter's idle cores too: what plain decoding costs then
+                self.cost.observe_lent_step(batch.batch_size, batch.step_ns / 1e9)
+            else:
+                self.cost.observe_step(batch.batch_size, fed, batch.step_ns / 1e9, rows=rows)
         # the forward's time (a GPU step's sampler and bookkeeping are not in it), prefills included:
         # they pass between plans too, and with more prompts than slots most steps have one
         if batch.step_ns:
@@ -161,6 +168,12 @@ class PolicyActor(Actor):
                 self.fon.unready.add(method)
             self.fon.replan_soon = True
             self.log.info("policy.ready", method=method, ready=bool(ready))
+        table = table_from_stats(now)
+        if table and method in self.methods \
+                and self.cost.adopt_draft_table(method, table, float(now.get(DRAFT_PREFILL_STATS, 0.0))):
+            self.fon.replan_soon = True
+            self.log.info("policy.draft_cost", method=method, ms_by_batch={b: round(1000 * s, 2)
+                                                                          for b, s in table.items()})
         before = self._drafter_totals.get(method)
         self._drafter_totals[method] = dict(now)
         if before is None:
@@ -185,10 +198,11 @@ class PolicyActor(Actor):
         for rid, choice in plan.items():
             old = self.current.get(rid)
             if choice.same_as(old) or (old is not None and set(old.methods) == set(choice.methods)
-                                       and old.window and choice.window
+                                       and min(old.window, choice.window) >= 3
                                        and (old.decoupled, old.race) == (choice.decoupled, choice.race)
                                        and abs(old.window - choice.window) <= 1):
-                continue  # the same drafters with a window one token off: not worth a message
+                continue  # the same drafters with a long window one token off: not worth a message
+                # (from 1 to 2 tokens is not: it buys up to half as much again)
             if old is not None and old.methods[:1] != choice.methods[:1]:
                 self.counters["switches"] += 1
             self.current[rid] = choice

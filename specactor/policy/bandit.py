@@ -148,6 +148,8 @@ class FastestOfN(Planner):
         # live, a choice takes a few steps to reach the drafter and its drafts the verifier (the
         # verifier does not wait for the policy): an exploration holds until its first draft is
         # verified, or this many steps, or it would be switched off before it learnt anything
+        self.feed_done: dict[str, int] = {}  # per method: the step by which its drafter has fed what explorers gave it
+        self.step_now = 0  # the verifier's step at the last plan
         self.explore_steps = explore_steps
         self.explore_window = explore_window
         self.primary: dict[str, str] = {}  # request id -> method chosen last time (switching has a cost)
@@ -233,19 +235,22 @@ class FastestOfN(Planner):
             arm.revise((successes / n, failures / n), (group[1] / (n + 1), group[2] / (n + 1)))
 
     def observe_offer(self, request_id: str, method: str, offered: bool) -> None:
-        """Whether ``method``, drafting for the request, had a draft for this step."""
+        """Whether ``method``, drafting for the request, had a draft for this step. A model copy's
+        steps before its first draft for the request say nothing of its rate (it is feeding the
+        request's context: 20 steps and more, which drove its rate to 0.2 and its window to 1)."""
         req = self.requests.get(request_id)
-        if req is not None:
+        if req is not None and (offered or method in req.draft_rates or not self.cost.first_draft_s(method, 1)):
             rate = req.draft_rates.get(method, 1.0)
             req.draft_rates[method] = rate + (1 - self.decay) * (float(offered) - rate)
 
-    def observe_limit(self, request_id: str, left: int, greedy: bool) -> None:
+    def observe_limit(self, request_id: str, left: int, greedy: bool, prompt_len: int = 0) -> None:
         """The request may still generate ``left`` output tokens (its max_tokens less its output so
         far; negative: not known) and is decoded greedily or not: what the closed-batch check needs
-        (:meth:`_closed_batch`)."""
+        (:meth:`_closed_batch`); its prompt is ``prompt_len`` tokens (0: not told)."""
         req = self.requests.get(request_id)
         if req is not None:
             req.left, req.greedy = left, greedy
+            req.prompt_len = prompt_len or req.prompt_len
 
     def observe_commit(self, request_id: str, tokens: int, ids: list[int] | None = None) -> None:
         """The step committed ``tokens`` tokens for the request (``ids``: which, where known)."""

@@ -116,4 +116,5 @@ class RequestState:
     shadow_start: float = 0.0  # plan round at which its current shadow period began
     period: dict[str, list[float]] = field(default_factory=dict)  # per method: [right, checked] this shadow period
     left: int = -1  # output tokens it may still generate (its max_tokens less its output; -1: not known)
+    prompt_len: int = 0  # its prompt's tokens (0: not told)
     greedy: bool = False  # decoded at temperature 0

@@ -55,7 +55,7 @@ from importlib import resources
 from pathlib import Path
 
 from specactor.engine.profiling import HALF_ROWS_FROM, check_profile
-from specactor.speculation import decoupled_lookahead
+from specactor.speculation import DRAFT_COST_STATS, DRAFT_PREFILL_STATS, decoupled_lookahead
 
 
 #: a draft token accepted with less probability than this buys next to nothing
@@ -169,20 +169,37 @@ def monotone(table: list[list[float]]) -> list[list[float]]:
 
 @dataclass
 class DraftCost:
-    """Running estimate of one method's drafting time: per token, ``b*per_row + fixed``."""
+    """Running estimate of one method's drafting time per token: ``b*per_row + fixed``, or, for a
+    drafter that measured itself (:meth:`adopt_table`), its table interpolated over batch sizes
+    times a scale learnt from what it then reports (a model copy's cost is far from a line in the
+    batch: llama.cpp's 8-bit kernel takes 6.5 ms for one row and 15 for two on a 2-core CPU)."""
 
     per_row_s: float = 0.0
     fixed_s: float = 0.0
     samples: int = 0
+    table: dict[int, float] | None = None  # batch -> seconds of a round giving each row a token
+    scale: float = 1.0  # measured / table, learnt online
+    prefill_s: float = 0.0  # seconds per context token a first proposal feeds (0: nothing to feed)
 
     def seconds(self, batch: int) -> float:
+        if self.table:
+            return self.scale * _table_at(self.table, batch)
         return batch * self.per_row_s + self.fixed_s
+
+    def adopt_table(self, table: dict[int, float]) -> None:
+        """Price from now on by ``table`` (the drafter's profile); the online scale starts at 1."""
+        self.table, self.scale = dict(sorted(table.items())), 1.0
 
     def observe(self, batch: int, tokens_per_row: float, seconds: float, weight: float = 0.2) -> None:
         """One drafting call for ``batch`` requests that produced ``tokens_per_row`` each."""
         if tokens_per_row <= 0 or batch <= 0:
             return
         per_token = seconds / tokens_per_row
+        if self.table:
+            ratio = min(max(per_token / _table_at(self.table, batch), 0.25), 4.0)
+            self.scale += weight * (ratio - self.scale)
+            self.samples += 1
+            return
         # Split the observation between the two terms in proportion to the current guess.
         guess = self.seconds(batch)
         share = (batch * self.per_row_s / guess) if guess > 0 else 0.5
@@ -193,6 +210,36 @@ class DraftCost:
             self.per_row_s += weight * (per_row - self.per_row_s)
             self.fixed_s += weight * (fixed - self.fixed_s)
         self.samples += 1
+
+
+def _table_at(table: dict[int, float], batch: float) -> float:
+    """``table`` (batch -> seconds) interpolated at ``batch``; past its largest batch size, the
+    last segment's slope (at least flat); below its smallest, its first figure."""
+    sizes = list(table)
+    if batch <= sizes[0] or len(sizes) == 1:
+        return table[sizes[0]] if batch <= sizes[0] else table[sizes[0]] * batch / sizes[0]
+    if batch >= sizes[-1]:
+        a, b = sizes[-2], sizes[-1]
+        slope = max(0.0, (table[b] - table[a]) / (b - a))
+        return table[b] + slope * (batch - b)
+    return _interp([float(s) for s in sizes], [table[s] for s in sizes], batch)
+
+
+def table_from_stats(values: dict[str, float]) -> dict[int, float]:
+    """The drafter's cost table a StatsReply carries (``draft_cost_s/<batch>``); {} when it
+    carries none, or one with a malformed key or a time that is not a positive number."""
+    out: dict[int, float] = {}
+    for name, seconds in values.items():
+        if not name.startswith(DRAFT_COST_STATS) or name == DRAFT_PREFILL_STATS:
+            continue
+        try:
+            batch = int(name[len(DRAFT_COST_STATS):])
+        except ValueError:
+            return {}
+        if batch < 1 or not 0 < seconds < 3600:
+            return {}
+        out[batch] = float(seconds)
+    return dict(sorted(out.items()))
 
 
 @dataclass
@@ -358,6 +405,9 @@ class CostModel:
     #: [batch index][chunk index]: half the rows (batch // 2) fed the chunk, the others one (optional)
     half_rows_s: list[list[float]] | None = None
     source: str = "packaged"  # where the profile came from (a path, or "packaged")
+    #: measured / predicted plain steps run while no request drafted with a model copy, which then lends
+    #: the verifier its cores (1.0: none seen); what plain decoding costs against what drafting steps do
+    lent_ratio: float = 1.0
     #: methods whose drafters run on the verifier's own hardware (a model drafter on the one GPU, or
     #: beside it on a 2-core CPU): their time adds to the step's even decoupled, where the others'
     #: (the cheap drafters, on spare CPU cores) hides beside the verify step
@@ -460,6 +510,14 @@ class CostModel:
         for i, w in self._neighbours(batch):
             self.overheads[i].observe(max(profiled, 0.0), seconds - steps.decode, w)
 
+    def observe_lent_step(self, batch: int, seconds: float, weight: float = 0.1) -> None:
+        """A plain step run on lent cores (VerifyActor.lend_threads): learn what plain decoding
+        costs then, against the profile (on 2 cores split 1+1: 19 ms where one core takes 24)."""
+        predicted = self.at_batch(batch).decode if batch > 0 else 0.0
+        if predicted > 0 and seconds > 0:
+            ratio = min(max(seconds / predicted, 0.2), 2.0)
+            self.lent_ratio += weight * (ratio - self.lent_ratio)
+
     # ------------------------------------------------------------------ draft
 
     def draft_s(self, method: str, batch: int) -> float:
@@ -468,6 +526,21 @@ class CostModel:
 
     def observe_draft(self, method: str, batch: int, tokens_per_row: float, seconds: float) -> None:
         self.draft.setdefault(method, DraftCost()).observe(batch, tokens_per_row, seconds)
+
+    def adopt_draft_table(self, method: str, table: dict[int, float], prefill_s: float = 0.0) -> bool:
+        """Price ``method`` by its measured table from now on (and ``prefill_s`` per context token a
+        first proposal feeds); False if it already was."""
+        cost = self.draft.setdefault(method, DraftCost())
+        cost.prefill_s = max(0.0, prefill_s)
+        if cost.table == dict(sorted(table.items())):
+            return False
+        cost.adopt_table(table)
+        return True
+
+    def first_draft_s(self, method: str, context: int) -> float:
+        """How long ``method``'s first proposal for a request of ``context`` tokens takes to feed it."""
+        cost = self.draft.get(method)
+        return cost.prefill_s * context if cost is not None else 0.0
 
     # ------------------------------------------------------------------ choices
 

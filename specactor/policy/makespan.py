@@ -85,7 +85,8 @@ class ClosedBatch:
 
     @cached_property
     def plain_s(self) -> float:
-        return finish_s(self.cost, [Row(left) for left in self.lefts])
+        """Plain decoding's end (on the cores a model copy lends the verifier while it is off)."""
+        return finish_s(self.cost, [Row(left) for left in self.lefts]) * self.cost.lent_ratio
 
     def sooner(self, windows: list[int], acceptance: list[float]) -> bool:
         """Whether request i drafting ``windows[i]`` tokens at ``acceptance[i]`` ends the batch sooner."""

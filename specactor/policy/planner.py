@@ -13,6 +13,7 @@ last for the slowest tail requests.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -28,6 +29,13 @@ from specactor.speculation import decoupled_lookahead
 
 #: a request's pick: (request id, method, p to exploit, draw, draft rate, why)
 Picked = tuple[str, str, float, float, float, str]
+
+
+#: an exploration of a model copy verifies up to this many of its tokens (see Planner._explore_window)
+COPY_EXPLORE_WINDOW = 4
+#: a drafter's measured feeding time times this is what an exploration waits for: feeding long contexts
+#: beside a running verifier took 1.2-1.5x the profile's figure (prompt of 128 tokens, alone)
+FEED_MARGIN = 1.5
 
 
 @dataclass
@@ -49,7 +57,7 @@ class Planner:
         """For requests not seen yet: the best method by the global estimates, as if every
         request of the batch took it (off unless that beats plain decoding by ``min_gain``)."""
         steps = self.cost.at_batch(batch)
-        plain = 1.0 / steps.decode if steps.decode > 0 else 0.0
+        plain = 1.0 / (steps.decode * self.cost.lent_ratio) if steps.decode > 0 else 0.0
         best = (0, plain, self.methods[0], 0.0)
         for method, arm in self.global_arms.items():
             if arm.weight < 1 or method in self.unready:  # nothing known yet (the first explorers will tell), or not ready
@@ -79,6 +87,7 @@ class Planner:
         before = self.rounds
         self.round_drafts.clear()
         self.rounds = max(self.rounds + 1, step / self.round_steps) if step is not None else self.rounds + 1
+        self.step_now = step if step is not None else int(self.rounds * self.round_steps)
         steps = self.cost.at_batch(batch)
         methods = [m for m in self.methods if m not in self.unready]
         if not methods:
@@ -170,12 +179,21 @@ class Planner:
                 # even should the draws be right the batch would not end sooner: nothing to learn
                 explorers = set()
             exploit_s = self._step_s(steps, picked, exploit)
-            # a short draft measures acceptance as well as a long one, and costs less should it be wrong
-            explore = [min(w, self.explore_window) if i in explorers else w for i, w in enumerate(explore)]
+            # a short draft measures acceptance as well as a long one, and costs less should it be wrong;
+            # but a model copy's first draft comes after it fed the context, many steps on: one step
+            # with one token of evidence then left it at p ~ 0.5 for 30 steps at 96% acceptance
+            explore = [self._explore_window(picked[i][1], w) if i in explorers else w
+                       for i, w in enumerate(explore)]
             while explorers:  # the explorers' windows by their draws, everyone else's as exploitation has them
                 windows = [explore[i] if i in explorers else exploit[i] for i in range(len(picked))]
-                # what the step would cost more than the exploiting one, should the draws be wrong
-                extra = (self._step_s(steps, picked, windows) / exploit_s - 1.0) * self.exploration_steps
+                # what the step would cost more than the exploiting one, should the draws be wrong (over
+                # the steps an exploration lasts; a model copy's, one: its first verified window decides)
+                # while its drafts are wrong, a copy on cores of its own redrafts there, not on the
+                # verifier's: its rows are priced at their draws)
+                copies = frozenset(i for i in explorers if self.cost.first_draft_s(picked[i][1], 1)
+                                   and picked[i][1] not in self.cost.shared_methods)
+                lasting = 1 if copies == explorers else self.exploration_steps
+                extra = (self._step_s(steps, picked, windows, copies) / exploit_s - 1.0) * lasting
                 if extra <= self.explore_credit:
                     self.explore_credit -= max(extra, 0.0)
                     speed = explore_speed
@@ -211,7 +229,11 @@ class Planner:
                 req.explore_at = self.rounds + gap
                 req.explore_gap = min(2 * gap, self.max_explore_gap)
                 req.exploring, req.explore_seen = (method, window), req.drafts_seen
-                req.explore_deadline = req.steps + self.explore_steps
+                # a model drafter feeds the request's context first, after what it is feeding already
+                fed_at = max(self.feed_done.get(method, 0), self.step_now) \
+                    + self._feed_steps(method, req.prompt_len + req.committed, batch)
+                self.feed_done[method] = fed_at
+                req.explore_deadline = req.steps + self.explore_steps + fed_at - self.step_now
                 why = "explore"
             elif not window and awaiting:  # its exploration's drafts are on their way: let them arrive
                 (method, window), why = req.exploring, "explore (awaiting its first draft)"
@@ -246,6 +268,24 @@ class Planner:
             self.primary[rid] = method if window else ""
             plan[rid] = choice
         return plan
+
+    def _explore_window(self, method: str, drawn: int) -> int:
+        """The window an exploration of ``method`` verifies, its draw's window ``drawn`` at most
+        ``explore_window``; COPY_EXPLORE_WINDOW for a drafter that feeds contexts first (a model
+        copy: right nearly always or nearly never, the same for every request, and its first
+        draft comes many steps on: one token of evidence a step kept it at p ~ 0.5 for 30 steps
+        at 96% acceptance). The credit of step time shortens either."""
+        if self.cost.first_draft_s(method, 1):
+            return max(COPY_EXPLORE_WINDOW, self.explore_window)
+        return min(drawn, self.explore_window)
+
+    def _feed_steps(self, method: str, tokens: int, batch: int) -> int:
+        """Steps a method's drafter takes to feed ``tokens`` of context before its first drafts (a
+        model drafter feeds prompt and output first: the default model's q8_0 copy on one core,
+        ~2 ms a token, ~20 steps for a 200-token prompt), which an exploration waits for besides
+        its own steps."""
+        feed_s = FEED_MARGIN * self.cost.first_draft_s(method, tokens)
+        return math.ceil(feed_s / max(self.cost.verify_s(batch, 1), 1e-4)) if feed_s > 0 else 0
 
     def is_quiet(self, plan: dict[str, Choice]) -> bool:
         """Whether the next plan may come ``DORMANT_SLOWDOWN`` times later: nothing in ``plan``
@@ -329,15 +369,15 @@ class Planner:
         return iteration_s(verify, decoupled, shared) if self.decoupled else iteration_s(verify, added=coupled)
 
     def _step_s(self, steps: StepCosts, picked: list[Picked],
-                windows: list[int]) -> float:
+                windows: list[int], drawn: frozenset[int] = frozenset()) -> float:
         """Predicted seconds of the step where request i of ``picked`` drafts ``windows[i]`` (at
-        its cautious acceptance)."""
+        its cautious acceptance; at its draw for i in ``drawn``)."""
         fed, rows = float(steps.batch), 0.0
         drafting = []
-        for (_, method, sure, _, q, _), w in zip(picked, windows):
+        for i, ((_, method, sure, draw, q, _), w) in enumerate(zip(picked, windows)):
             if w:
                 fed, rows = fed + q * w, rows + q
-                drafting.append((method, sure, w, q))
+                drafting.append((method, draw if i in drawn else sure, w, q))
         return self._latency(steps.verify(fed, rows), *self._drafting_s(drafting))
 
     def _plan_step_s(self, plan: dict[str, Choice], batch: int, fed: float | None = None) -> float:
@@ -400,7 +440,7 @@ class Planner:
             if tally is not None:
                 tally.move(i, old, w)
 
-        plain = speed()
+        plain = speed() / self.cost.lent_ratio  # all off: on the cores a model drafter lends, if any
         order = sorted(range(n), key=lambda i: (-entries[i][1], -entries[i][2]))
         useful = [useful_window(entries[i][1], top) for i in order]  # non-increasing along order
         best_speed, best_w, best_k = plain, 0, 0

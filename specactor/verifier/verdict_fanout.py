@@ -45,7 +45,8 @@ class VerdictFanout:
             await self._release_held(drafter, step, step_ns, report.batch_size)
         if self.policy is not None and report.verdicts and self.policy not in self.dead_peers:
             await self._to_policy(p.VerdictBatch(step=step, verdicts=report.verdicts, step_ns=step_ns,
-                                                 batch_size=report.batch_size, waiting=report.waiting))
+                                                 batch_size=report.batch_size, waiting=report.waiting,
+                                                 lent=self._lent_step))
         for seq in report.finished:
             await self._result(seq)
         done = [seq for seq in report.finished if seq.finish_reason in (p.FinishReason.STOP, p.FinishReason.LENGTH)] \

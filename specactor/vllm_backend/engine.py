@@ -217,5 +217,5 @@ class VllmEngine(ServesToCompletion):
             report.verdicts.append(Verdict(request_id=seq.request_id, start=start, tokens=tokens,
                                            accepted=accepted, drafted=len(verified), method=method,
                                            finished=seq.finished, max_tokens=seq.params.max_tokens,
-                                           greedy=seq.params.temperature == 0))
+                                           greedy=seq.params.temperature == 0, prompt_len=len(seq.prompt_ids)))
         return report

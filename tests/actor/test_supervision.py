@@ -73,9 +73,12 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie not yet reaped counts as dead
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
+    # a zombie not yet reaped counts as dead (and one reaped meanwhile has no /proc entry)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 class _Fatal(BaseException):

@@ -332,9 +332,9 @@ def test_a_parked_request_that_finishes_leaves_its_whole_output_in_the_suffix_hi
     assert draft == output[20:24]
 
 
-def test_parked_requests_are_bounded_and_a_model_drafter_does_not_park(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parked_requests_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parking keeps memory: past PARKED_TOKENS the oldest parked request is finished, as an untracked
-    one always was; a drafter that is not a lookup (a model's KV cache) finishes at once."""
+    one always was."""
     monkeypatch.setattr(actor_module, "PARKED_TOKENS", 2 * (len(SEGMENT) + 10))
     actor = _parking_actor("ngram")
     for rid in ("a", "b", "c"):
@@ -343,7 +343,21 @@ def test_parked_requests_are_bounded_and_a_model_drafter_does_not_park(monkeypat
     assert list(actor._parked) == ["b", "c"] and set(actor.drafter._index) == {"b", "c"}
     actor._untrack("b")  # for good (an aborted request): finished
     assert list(actor._parked) == ["c"] and set(actor.drafter._index) == {"c"}
-    monkeypatch.setattr(NgramDrafter, "lookup", False)
-    actor._track(_track_at("d", SEGMENT[:10]))
-    actor._untrack("d", park=True)
-    assert "d" not in actor._parked and "d" not in actor.drafter._index
+
+
+def test_a_model_copy_keeps_a_parked_requests_cache_until_its_slots_are_wanted() -> None:
+    """Turned off and on again by the policy, a request is not fed to the copy again from its
+    prompt; a new request that finds every slot taken takes the oldest parked one's."""
+    from specactor.drafters.model import ModelDrafter
+    from tests.conftest import ours_from_hf, tiny_hf_model
+
+    actor = DraftActor("draft-model", "model", k=4, window=WINDOW)
+    actor.drafter = drafter = ModelDrafter(ours_from_hf(tiny_hf_model("llama", seed=5)), max_slots=2, max_len=128)
+    prompt = [(7 * i) % 200 + 1 for i in range(20)]
+    actor._track(_track_at("a", [3, 4], prompt))
+    actor._propose([actor.states["a"]], 4)
+    actor._untrack("a", park=True)
+    assert list(actor._parked) == ["a"] and "a" in drafter._slot  # its cache kept
+    actor._track(_track_at("b", [5], prompt))
+    actor._track(_track_at("c", [6], prompt))  # both slots were taken: "a" gives its up
+    assert not actor._parked and set(drafter._slot) == {"b", "c"}

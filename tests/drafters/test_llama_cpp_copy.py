@@ -191,3 +191,34 @@ def test_the_model_method_builds_the_copy_asked_for_or_says_why_not(tiny_checkpo
         EngineConfig(draft_quant="q5").check()
     with pytest.raises(ValueError, match="llama-q8_0 runs on llama.cpp's CPU kernels"):
         EngineConfig(draft_quant="llama-q8_0", device="cuda").check()
+
+
+def test_one_token_decodes_give_the_logits_one_batched_decode_gives(tiny) -> None:
+    """Below ``split_below`` tokens a decode runs a token at a time (llama.cpp's one-row kernels
+    beat its batched 8-bit one there): the same logits either way."""
+    cfg, state, _ = tiny
+    drafter = LlamaCppDrafter(cfg, state, max_slots=4, max_len=64, quant="f32", threads=1)
+    assert drafter.split_below >= 0
+    feeds = [(0, 0, 0, [1, 5, 9, 30]), (1, 1, 0, [2, 200]), (2, 2, 0, [7])]
+    batched = drafter._decode(feeds, 3, split=False)
+    for seq in range(3):
+        drafter.lib.llama_memory_seq_rm(drafter.lib.llama_get_memory(drafter._ctx), seq, -1, -1)
+    drafter.split_below = 100
+    split = drafter._decode(feeds, 3)
+    assert torch.allclose(batched, split, atol=1e-3), (batched - split).abs().max()
+
+
+def test_a_prefilled_request_drafts_what_one_fed_with_its_proposal_drafts(tiny) -> None:
+    """A decoupled drafter feeds a new request's context apart (then catches up with the verdicts
+    that came meanwhile): what it then drafts is what a single proposal would have drafted."""
+    cfg, state, _ = tiny
+    fed, direct = (LlamaCppDrafter(cfg, state, max_slots=2, max_len=64, threads=1) for _ in range(2))
+    s = _state("r", list(range(3, 40)), [41, 42])
+    fed.start(s)
+    direct.start(s)
+    assert fed.cold(s) == len(s.context())
+    fed.prefill([s])
+    assert fed.cold(s) == 1  # the last token is fed by the proposal, which needs its logits
+    s.committed += [43, 44, 45]  # verdicts that came while it fed
+    assert fed.cold(s) == 4
+    assert fed.propose([s], 6) == direct.propose([s], 6)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from specactor.drafters.base import DraftState
-from specactor.drafters.model import Int8WeightLinear, ModelDrafter, default_model_drafter
+from specactor.drafters.model import (DEFAULT_CPU_QUANT, Int8WeightLinear, ModelDrafter, default_model_drafter,
+                                      default_quant)
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.engine.llm_engine import Engine
@@ -195,10 +196,10 @@ def test_clear_errors(tiny) -> None:
         ModelDrafter(tiny, noise="gumbel")
 
 
-def test_default_int8_drafter_drafts_humaneval(default_model) -> None:
+def test_the_int8_drafter_drafts_humaneval(default_model) -> None:
     folder, target, tok = default_model
     prompt = tok.apply_chat_template([{"role": "user", "content": humaneval_prompts(1)[0].text}])
-    drafter = default_model_drafter(folder, max_slots=2, max_len=1024)
+    drafter = default_model_drafter(folder, quant="int8w", max_slots=2, max_len=1024)
     assert drafter.name == "model"
     assert isinstance(drafter.model.layers[0].qkv, Int8WeightLinear)
     assert isinstance(drafter.model.lm_head, Int8WeightLinear)
@@ -209,3 +210,38 @@ def test_default_int8_drafter_drafts_humaneval(default_model) -> None:
     draft = drafter.propose([state], 8)[0]
     assert len(draft) == 8 and all(0 <= t < target.cfg.vocab_size for t in draft)
     assert draft[:4] == expected[:4]  # greedy int8 agrees with fp32 at the start of a reply
+
+
+def test_the_default_copy_is_llama_cpps_8_bit_one_where_it_is_installed_else_int8w_said_once(
+        default_model, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    import specactor.drafters.llama_cpp_copy as llama_copy
+    import specactor.drafters.model as model_module
+
+    folder = default_model[0]
+    assert default_quant(folder, "cuda") == "bf16"
+    if llama_copy.llama_cpp_available():
+        assert default_quant(folder) == DEFAULT_CPU_QUANT == "llama-q8_0"
+    monkeypatch.setattr(llama_copy, "llama_cpp_available", lambda: False)
+    monkeypatch.setattr(model_module, "_warned_fallback", False)
+    with pytest.warns(UserWarning, match="llama.cpp's binding is not installed"):
+        assert default_quant(folder) == "int8w"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the second time is silent
+        assert default_quant(folder) == "int8w"
+
+
+def test_a_model_without_a_gguf_layout_drafts_with_int8w_saying_why(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import specactor.drafters.llama_cpp_copy as llama_copy
+    import specactor.drafters.model as model_module
+
+    hf = tiny_hf_model("llama", seed=2)
+    hf.config.attention_bias = True  # llama with attention biases: no GGUF layout here
+    (tmp_path / "config.json").write_text(json.dumps(hf.config.to_dict()))
+    monkeypatch.setattr(llama_copy, "llama_cpp_available", lambda: True)
+    monkeypatch.setattr(model_module, "_warned_fallback", False)
+    with pytest.warns(UserWarning, match="attention biases"):
+        assert default_quant(tmp_path) == "int8w"

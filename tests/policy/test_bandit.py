@@ -174,6 +174,68 @@ def test_an_exploration_holds_until_its_first_draft_is_verified() -> None:
     assert not other.plan(1)["r"].methods
 
 
+def _copy_cost(prefill_s: float = 0.002) -> CostModel:
+    """The packaged profile with a model copy priced by a measured table (llama.cpp's q8_0 copy
+    of the default model on one core: 7 ms a token for one row, 14 for two, 2 ms a fed token)."""
+    cost = CostModel.from_profile(None)
+    cost.adopt_draft_table("model", {1: 0.007, 2: 0.014, 4: 0.028}, prefill_s)
+    return cost
+
+
+def test_a_model_copys_exploration_waits_for_its_drafter_to_feed_the_context() -> None:
+    """A copy's first draft comes after it fed prompt and output (2 ms a token: 200 tokens are
+    0.4 s, some 20 steps): its exploration waits that long, beyond ``explore_steps``."""
+    waited = {}
+    for prefill_s in (0.0, 0.002):
+        cost = _copy_cost(prefill_s)
+        policy = FastestOfN(["model"], cost, seed=0, explore_steps=6)
+        for rid in ("r", "s"):
+            policy.add_request(rid)
+            policy.observe_limit(rid, 500, False, prompt_len=200)
+        plan = policy.plan(2, step=0)
+        assert all(c.reason.startswith("explore") for c in plan.values()), plan
+        waited[prefill_s] = sorted(policy.requests[rid].explore_deadline for rid in ("r", "s"))
+        steps = 0
+        while policy.plan(2, step=steps)["r"].reason.startswith("explore (awaiting") or not steps:
+            steps += 1
+            for rid in ("r", "s"):
+                policy.observe_commit(rid, 1)
+        assert steps == waited[prefill_s][0]  # it held that long, then gave up
+    feed = 1.5 * 0.002 * 200 / cost.verify_s(2, 1)  # steps to feed one context
+    assert waited[0.0] == [6, 6]
+    # the second waits for the first's context too: the drafter feeds one after the other
+    assert waited[0.002] == [pytest.approx(6 + feed, abs=1), pytest.approx(6 + 2 * feed, abs=1)]
+
+
+def test_a_model_copy_explores_a_window_long_enough_to_learn_from() -> None:
+    """One token of evidence a step left a 96%-right copy at p ~ 0.5 for 30 steps; its exploration
+    verifies COPY_EXPLORE_WINDOW tokens where the credit allows, a cheap drafter's one."""
+    from specactor.policy.planner import COPY_EXPLORE_WINDOW
+
+    cost = _copy_cost()
+    cost.shared_methods = set()  # on cores of its own
+    policy = FastestOfN(["model"], cost, seed=0)
+    policy.add_request("r")
+    policy.observe_limit("r", 500, False, prompt_len=100)
+    choice = policy.plan(1, step=0)["r"]
+    assert choice.reason.startswith("explore") and 1 < choice.window <= COPY_EXPLORE_WINDOW, choice
+
+
+def test_a_model_copys_draft_rate_is_not_lowered_before_its_first_draft() -> None:
+    """Steps without a draft while the copy feeds a request's context say nothing of how often it
+    drafts (counted, they drove its rate to 0.2 and its window to 1); a cheap drafter's do."""
+    policy = FastestOfN(["model", "ngram"], _copy_cost(), seed=0)
+    policy.add_request("r")
+    for _ in range(20):
+        policy.observe_offer("r", "model", False)
+        policy.observe_offer("r", "ngram", False)
+    rates = policy.requests["r"].draft_rates
+    assert "model" not in rates and rates["ngram"] < 0.2
+    policy.observe_offer("r", "model", True)
+    policy.observe_offer("r", "model", False)
+    assert rates["model"] == pytest.approx(0.9)
+
+
 def test_acceptance_evidence_counts_tokens_however_the_drafts_are_cut() -> None:
     """A shadowed request's draft is scored one committed token a step; a verified one 8 at
     a time. The same 40 right tokens must say the same thing either way (discounted per

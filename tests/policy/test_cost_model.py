@@ -288,3 +288,19 @@ def test_a_plan_priced_through_half_the_rows_is_not_taken_where_only_the_straigh
         chosen[name] = policy._allocate(policy.cost.at_batch(32), entries)[0]
     assert chosen["straight"][:16] == [1] * 16
     assert not any(chosen["half"])
+
+
+def test_a_measured_draft_table_prices_each_batch_size_and_learns_a_scale() -> None:
+    """llama.cpp's q8_0 copy: one row 6.5 ms, two 15, eight 28: no line through them fits; the
+    table is interpolated, extended past its end by its last slope, and scaled by what is seen."""
+    from specactor.policy.cost_model import DraftCost
+
+    cost = DraftCost()
+    cost.adopt_table({1: 0.0065, 2: 0.015, 8: 0.028})
+    assert cost.seconds(1) == pytest.approx(0.0065)
+    assert cost.seconds(4) == pytest.approx(0.015 + 2 * 0.013 / 6)
+    assert cost.seconds(14) == pytest.approx(0.028 + 6 * 0.013 / 6)
+    for _ in range(40):
+        cost.observe(2, 4.0, 4 * 0.030)  # it drafts twice as slowly as measured, here
+    assert cost.seconds(2) == pytest.approx(0.030, rel=0.02)
+    assert cost.seconds(8) == pytest.approx(0.056, rel=0.02)
