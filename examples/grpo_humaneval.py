@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -62,6 +63,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--draft-quant", default=None, choices=DRAFT_QUANTS,
                         help="the model drafter's copy of the target (with --drafters model): llama-q8_0 drafts "
                              "on llama.cpp, re-made from every weight update")
+    parser.add_argument("--draft-threads", type=int, default=0,
+                        help="CPU cores of the model drafter's own (the verifier gets the others, and these "
+                             "while the drafter drafts for no request); 0: it shares the verifier's")
     parser.add_argument("--no-compare", action="store_true", help="skip the autoregressive rollout of each epoch")
     args = parser.parse_args()
     try:
@@ -85,9 +89,13 @@ async def main(args: argparse.Namespace) -> None:
     prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p.text}])
                   for p in humaneval_prompts(args.prompts)]
     trainer = GRPOTrainer(folder, lr=args.lr, temperature=args.temperature)
+    split = {}
+    if args.draft_threads:
+        split = {"verifier_threads": max(1, (os.cpu_count() or 2) - args.draft_threads),
+                 "drafter_threads": args.draft_threads}
     config = EngineConfig(mode=args.mode, drafters=args.drafters, max_batch=args.prompts * args.n,
                           max_len=max(map(len, prompt_ids)) + args.max_tokens, backend=args.backend,
-                          draft_quant=args.draft_quant)
+                          draft_quant=args.draft_quant, **split)
     print(f"{args.prompts} HumanEval problems x {args.n} samples, {args.max_tokens} tokens max, "
           f"T={args.temperature}, mode {args.mode}, backend {args.backend}")
     print("epoch | version | reward | solved | rollout s | tokens | tokens/s | accepted/drafted | "

@@ -109,6 +109,8 @@ class DraftActor(Actor):
             import torch
 
             torch.set_num_threads(self.threads)
+            # and on the worker thread, where it drafts: OpenMP's thread count is per thread
+            await self.run_blocking(torch.set_num_threads, self.threads)
         self.drafter = await self.run_blocking(make_drafter, self.method, self.model_name, self.drafter_options)
         if hasattr(self.drafter, "load_weights"):  # it takes the target's updates: check their chunks against it
             from specactor.engine.model_registry import resolve_model

@@ -45,6 +45,7 @@ Default drafter
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from pathlib import Path
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specactor.drafters.base import DraftState
+from specactor.engine.cuda_graphs import GraphedSteps
 from specactor.engine.kv_cache import KVCache
 from specactor.engine.model import CausalLM
 from specactor.engine.sampler import SamplingBatch, sample
@@ -147,6 +149,7 @@ class ModelDrafter:
         noise: str = "shared",
         device: torch.device | str | None = None,
         quant: str = "fp32",
+        cuda_graphs: bool | None = None,
     ) -> None:
         if noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, got {noise!r}")
@@ -160,6 +163,10 @@ class ModelDrafter:
         # the cache takes the embedding's dtype: float32 for fp32 and int8 (torch.ao keeps it), bf16 for
         # bf16 and int8w (quantize_int8_weights casts everything but the int8 weights to bf16)
         self.cache = KVCache(model.cfg, max_slots, max_len, dtype=model.embed.weight.dtype, device=self.device)
+        # a copy's step on a GPU is bound by launching its kernels, as the verifier's is: its steps
+        # replay CUDA graphs there (None: on a CUDA device; True on a CPU runs the padded step uncaptured)
+        self.use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.graphs = GraphedSteps(model, self.cache) if self.use_graphs else None
         self.max_slots, self.max_len = max_slots, max_len
         self._ids: list[str] = []  # slot -> request id (compact: slots 0..len-1)
         self._slot: dict[str, int] = {}  # request id -> slot
@@ -200,6 +207,8 @@ class ModelDrafter:
         """Draft with ``model`` from now on; every cached context (the old model's K/V) is
         recomputed on its next proposal."""
         self.model = model
+        if self.use_graphs:  # graphs captured on the old model's weights: captured again, lazily
+            self.graphs = GraphedSteps(model, self.cache)
         for slot in range(len(self._ids)):
             self._cached[slot] = []
             self.cache.lengths[slot] = 0
@@ -263,11 +272,7 @@ class ModelDrafter:
             self.cache.lengths[row] = keep  # the rollback
             del self._cached[row][keep:]
             self._cached[row].extend(new)
-        q_lens = [len(c) for c in chunks]
-        tokens = torch.tensor([t for c in chunks for t in c], dtype=torch.int64, device=self.device)
-        last = torch.tensor(q_lens, device=self.device).cumsum(0) - 1
-        logits = self.model(tokens, q_lens, self.cache, last)
-        self.forwards += 1
+        logits = self._forward(chunks)
 
         rows = [states[i] for i in order]
         first_pos = [len(s.committed) + len(s.lookahead) for s in rows]
@@ -282,9 +287,7 @@ class ModelDrafter:
                 break
             for row in range(live):
                 self._cached[row].append(drafted[row])
-            tokens = torch.tensor(drafted[:live], dtype=torch.int64, device=self.device)
-            logits = self.model(tokens, [1] * live, self.cache)
-            self.forwards += 1
+            logits = self._forward([[token] for token in drafted[:live]])
 
         result: list[list[int]] = [[] for _ in states]
         for row, i in enumerate(order):
@@ -293,6 +296,19 @@ class ModelDrafter:
         return result
 
     # ------------------------------------------------------------------ internals
+
+    def _forward(self, chunks: list[list[int]]) -> torch.Tensor:
+        """Feed ``chunks[r]`` to cache rows 0..len-1; each row's logits after its last token. Through
+        a CUDA graph where the step has one (:class:`GraphedSteps`), else eagerly."""
+        q_lens = [len(c) for c in chunks]
+        last = list(itertools.accumulate(q_lens))
+        self.forwards += 1
+        if self.graphs is not None:
+            shape = self.graphs.shape(q_lens, self.cache.lengths[:len(chunks)])
+            if shape is not None:
+                return self.graphs.run(chunks, [i - 1 for i in last], shape)
+        tokens = torch.tensor([t for c in chunks for t in c], dtype=torch.int64, device=self.device)
+        return self.model(tokens, q_lens, self.cache, torch.tensor(last, device=self.device) - 1)
 
     def _sample(self, logits: torch.Tensor, states: list[DraftState], positions: list[int]) -> list[int]:
         """The target's own sampling rule, with its noise (or greedy for ``noise="argmax"``)."""

@@ -245,3 +245,32 @@ def test_a_model_without_a_gguf_layout_drafts_with_int8w_saying_why(tmp_path, mo
     monkeypatch.setattr(model_module, "_warned_fallback", False)
     with pytest.warns(UserWarning, match="attention biases"):
         assert default_quant(tmp_path) == "int8w"
+
+
+def test_a_copy_replaying_its_steps_as_graphs_drafts_what_it_drafts_eagerly() -> None:
+    """On a GPU the copy's steps replay CUDA graphs (its steps are bound by kernel launches, as the
+    verifier's are); on a CPU the same padded step runs uncaptured: the drafts are the eager ones,
+    through a rollback and a weight update (which makes the graphs again)."""
+    hf = tiny_hf_model("llama", seed=4)
+    eager = ModelDrafter(ours_from_hf(hf), max_slots=3, max_len=64)
+    graphed = ModelDrafter(ours_from_hf(hf), max_slots=3, max_len=64, cuda_graphs=True)
+    assert graphed.graphs is not None and not graphed.graphs.capture and eager.graphs is None
+
+    def states() -> list[DraftState]:
+        return [DraftState("a", [1, 5, 9, 30], seed=3, temperature=1.0),
+                DraftState("b", [2, 200, 17, 45, 61, 99, 3], committed=[40, 41], seed=4, temperature=1.0),
+                DraftState("c", [7], seed=5, temperature=0.0)]
+
+    a, b = states(), states()
+    for drafter, ss in ((eager, a), (graphed, b)):
+        for s in ss:
+            drafter.start(s)
+    assert graphed.propose(b, 6) == eager.propose(a, 6)
+    for ss in (a, b):
+        ss[1].committed += [9, 9]  # a verdict the drafts did not foresee: rolled back
+    assert graphed.propose(b, 5) == eager.propose(a, 5)
+    assert graphed.graphs.eager_steps > 0  # the graphed path ran
+    update = tiny_hf_model("llama", seed=8).state_dict()
+    eager.load_weights(update)
+    graphed.load_weights(update)
+    assert graphed.propose(b, 4) == eager.propose(a, 4)
