@@ -25,7 +25,7 @@ GRAPHED_PROFILE = "torch-cuda-graphs"
 BACKENDS = ("torch", "vllm")  # the verifier's engine: specactor's own, or vLLM (specactor.vllm_backend)
 DTYPES = ("float32", "bfloat16")
 #: EngineConfig.draft_quant's choices (specactor.drafters.model.default_model_drafter builds them)
-DRAFT_QUANTS = ("llama-q8_0", "llama-q4_0", "int8w", "int8", "bf16", "fp32")
+DRAFT_QUANTS = ("llama-q8_0", "llama-q4_0", "int8w", "int4w", "int8", "bf16", "fp32")
 PROFILES = (None, "auto", "cached", "packaged")  # EngineConfig.profile, besides a file
 #: The window on vLLM (its num_speculative_tokens). Not 16 as on our engine: vLLM's long-tail
 #: figures were measured at 8, and at batch 64 x 128 tokens, T=0, the policy drafted ~1,000 tokens

@@ -91,7 +91,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         return run_daemon(ServeOptions(engine_config_from_args(args), endpoint=args.endpoint,
-                                       client_timeout_s=args.client_timeout, drain_timeout_s=args.drain_timeout))
+                                       client_timeout_s=args.client_timeout, drain_timeout_s=args.drain_timeout,
+                                       server_key=args.server_key, client_keys=args.client_keys,
+                                       insecure=args.insecure, weights_dirs=tuple(args.weights_dir)))
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"specactor serve: error: {exc}", file=sys.stderr)
         return 2
@@ -109,14 +111,47 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     serve.add_argument("--endpoint", default="tcp://127.0.0.1:5557",
-                       help="ZeroMQ endpoint to bind (tcp://HOST:PORT, port 0 = any free port; ipc://PATH). "
-                            "There is no authentication: keep it on loopback or a trusted network")
+                       help="ZeroMQ endpoint to bind (tcp://HOST:PORT, port 0 = any free port; ipc://PATH). One "
+                            "other machines can reach needs --server-key and --client-keys, or --insecure")
+    serve.add_argument("--server-key", metavar="NAME.key_secret",
+                       help="the daemon's key pair (specactor keys makes one): serve only clients whose public key "
+                            "is in --client-keys (ZeroMQ CURVE); any other gets no reply")
+    serve.add_argument("--client-keys", metavar="DIR", help="the folder of the clients' public keys (NAME.key)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="listen beyond loopback without keys: anyone who reaches the port may call")
+    serve.add_argument("--weights-dir", action="append", default=[], metavar="DIR",
+                       help="a folder update_weights(path=...) may read from (repeatable); without one, a daemon "
+                            "on loopback reads any path and one beyond it reads none")
     add_engine_arguments(serve, default_mode="specactor")
     serve.add_argument("--client-timeout", type=float, default=10.0,
                        help="seconds without a heartbeat after which a client's requests are aborted")
     serve.add_argument("--drain-timeout", type=float, default=30.0,
                        help="on SIGTERM/SIGINT, seconds running requests may take to finish before being aborted")
     serve.set_defaults(func=_serve)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from specactor.server.security import create_keys
+
+    try:
+        public, secret = create_keys(args.folder, args.name)
+    except (ValueError, OSError) as exc:
+        print(f"specactor keys: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"public key {public} (give it to the other side), secret {secret} (keep it; readable by you only)")
+    return 0
+
+
+def _add_keys(commands: argparse._SubParsersAction) -> None:
+    keys = commands.add_parser(
+        "keys", help="make a CURVE key pair for a daemon or a client",
+        description="Write NAME.key (the public key: a daemon's goes to its clients, a client's into the "
+        "daemon's --client-keys folder) and NAME.key_secret (the pair: the daemon's --server-key, or a "
+        "client's RolloutClient(keys=...)) into FOLDER. Existing keys are never overwritten.",
+        formatter_class=HelpFormatter)
+    keys.add_argument("folder", metavar="FOLDER")
+    keys.add_argument("--name", default="daemon", help="file name of the pair (default %(default)s)")
+    keys.set_defaults(func=_keys)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -327,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_rollout(commands)
     _add_serve(commands)
+    _add_keys(commands)
     _add_bench(commands)
     _add_replay(commands)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specactor.events import configure_events
@@ -24,6 +26,29 @@ class ServeOptions:
     endpoint: str = "tcp://127.0.0.1:5557"
     client_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
+    server_key: str | None = None  # the daemon's NAME.key_secret: serve only clients with a key
+    client_keys: str | None = None  # the folder of the clients' NAME.key files
+    insecure: bool = False  # listen beyond loopback with no keys
+    weights_dirs: tuple[str, ...] = ()  # where update_weights(path=...) may read
+
+
+def check_security(opts: ServeOptions) -> tuple[object | None, object]:
+    """The daemon's (ServerKeys or None, WeightPaths) from its flags; ValueError naming what is
+    wrong (a key without the other half, an unreadable file, a reachable endpoint with no key)."""
+    from specactor.server.security import ServerKeys, WeightPaths, check_endpoint, is_loopback
+
+    if (opts.server_key is None) != (opts.client_keys is None):
+        raise ValueError("--server-key and --client-keys go together (the daemon's key pair and the folder of "
+                         "the clients' public keys)")
+    keys = None
+    if opts.server_key is not None:
+        keys = ServerKeys(Path(opts.server_key), Path(opts.client_keys or ""))
+        keys.check()
+    check_endpoint(opts.endpoint, keys, opts.insecure)
+    for folder in opts.weights_dirs:
+        if not os.path.isdir(folder):
+            raise ValueError(f"--weights-dir {folder}: not a folder")
+    return keys, WeightPaths(list(opts.weights_dirs), reachable=not is_loopback(opts.endpoint))
 
 
 async def _main(opts: ServeOptions) -> None:
@@ -32,6 +57,7 @@ async def _main(opts: ServeOptions) -> None:
 
     if opts.client_timeout_s <= 0 or opts.drain_timeout_s < 0:
         raise ValueError("--client-timeout must be > 0 and --drain-timeout >= 0")
+    keys, weight_paths = check_security(opts)  # before the model loads
     config = opts.engine
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -43,7 +69,8 @@ async def _main(opts: ServeOptions) -> None:
                   f"drafters {','.join(config.active_drafters) or '-'}, {config.device} {config.dtype})", flush=True)
 
         await serve(engine, opts.endpoint, client_timeout_s=opts.client_timeout_s,
-                    drain_timeout_s=opts.drain_timeout_s, stop=stop, on_ready=ready)
+                    drain_timeout_s=opts.drain_timeout_s, stop=stop, on_ready=ready, keys=keys,  # type: ignore[arg-type]
+                    weight_paths=weight_paths)  # type: ignore[arg-type]
     print("specactor serve: stopped", file=sys.stderr, flush=True)
 
 

@@ -353,7 +353,7 @@ class ModelDrafter:
 # 1.6x faster than fp32/bf16 at batch 1-4 and as fast as bf16 from batch 8 up
 # (it switches to a dequantised bf16 copy for many rows): the default.
 
-QUANT_MODES = ("int8w", "int8", "bf16", "fp32")
+QUANT_MODES = ("int8w", "int4w", "int8", "bf16", "fp32")
 
 #: What :func:`default_model_drafter` builds unless told otherwise.
 DEFAULT_QUANT = "int8w"
@@ -441,9 +441,10 @@ def quantize_int8_weights(model: CausalLM, dtype: torch.dtype = torch.bfloat16,
 
 
 def load_draft_model(folder: str | os.PathLike[str], quant: str = DEFAULT_QUANT) -> CausalLM:
-    """The model in ``folder`` as a draft model: ``int8w``, ``int8``, ``bf16`` or ``fp32``.
+    """The model in ``folder`` as a draft model: ``int8w``, ``int4w``, ``int8``, ``bf16`` or ``fp32``.
 
-    ``int8w``: int8 weight-only, bf16 activations (:func:`quantize_int8_weights`);
+    ``int8w``: int8 weight-only, bf16 activations (:func:`quantize_int8_weights`); ``int4w``: 4-bit
+    weight-only in groups (:mod:`specactor.drafters.int4_weights`);
     ``int8``: ``torch.ao`` dynamic quantisation (:func:`quantize_int8`). If
     the int8 kernels are missing from this torch, a bf16 copy is used instead
     (with a warning).
@@ -462,6 +463,10 @@ def as_draft_model(model: CausalLM, quant: str) -> CausalLM:
     if quant == "fp32":
         return model
     try:
+        if quant == "int4w":
+            from specactor.drafters.int4_weights import quantize_int4_weights
+
+            return quantize_int4_weights(model)  # type: ignore[return-value]
         return quantize_int8_weights(model) if quant == "int8w" else quantize_int8(model)
     except (ImportError, AttributeError, RuntimeError, NotImplementedError) as e:
         warnings.warn(f"{quant} quantisation is unavailable in torch {torch.__version__} ({e}); "

@@ -66,6 +66,29 @@ class ProfileTables:
     half_rows_s: list[list[float]] | None = None
 
 
+#: A step's time grows at most about as fast as its work (rows x tokens fed). A cached profile in
+#: which it grows more than this many times faster from one grid point to the next was measured
+#: while something else took the cores: one on the 2-core machine said 226 ms for a batch-32
+#: decode step that takes 58 and 1.9 s for 8 tokens a row, and the policy, pricing drafts by it,
+#: drafted on nearly every batch-32 step of a T=1 rollout (0.89x where a clean profile gave 0.98x).
+IMPLAUSIBLE_JUMP = 2.0
+
+
+def implausible(tables: "ProfileTables") -> str:
+    """Why ``tables`` cannot be a quiet machine's (a step time that jumps more than
+    IMPLAUSIBLE_JUMP times faster than its work between neighbouring batch sizes or chunks), or ""."""
+    sizes, chunks, forward = tables.batch_sizes, tables.chunk_lens, tables.forward_s
+    for i in range(len(sizes)):
+        for j in range(len(chunks)):
+            if i and forward[i][j] > IMPLAUSIBLE_JUMP * forward[i - 1][j] * sizes[i] / sizes[i - 1]:
+                return (f"{chunks[j]} token(s) a row: {forward[i - 1][j] * 1e3:.1f} ms at batch {sizes[i - 1]}, "
+                        f"{forward[i][j] * 1e3:.1f} ms at batch {sizes[i]}")
+            if j and forward[i][j] > IMPLAUSIBLE_JUMP * forward[i][j - 1] * chunks[j] / chunks[j - 1]:
+                return (f"batch {sizes[i]}: {forward[i][j - 1] * 1e3:.1f} ms for {chunks[j - 1]} token(s) a row, "
+                        f"{forward[i][j] * 1e3:.1f} ms for {chunks[j]}")
+    return ""
+
+
 def check_profile(text: str, name: str) -> ProfileTables:
     """The tables of the profile in ``text`` (JSON, as :func:`measure` writes it), or ValueError
     naming the profile (``name``) and what is wrong with it."""
@@ -202,7 +225,9 @@ def load_cached(path: Path, key: dict[str, Any], min_chunk: int = 0) -> tuple[bo
             return False, "not a JSON object"
         if data.get("key") != key:
             return False, "measured for another key"
-        check_profile_data(data, str(path))
+        odd = implausible(check_profile_data(data, str(path)))
+        if odd:
+            return False, f"implausible, measured while the machine was busy? ({odd})"
         measured = max(data.get("chunk_lens") or [0])
         if measured < min_chunk:
             return False, f"measured chunks up to {measured} tokens a row, the window needs {min_chunk}"
@@ -500,8 +525,13 @@ def ensure_profile(model: Any, model_dir: str | os.PathLike[str], *, dtype: str 
             log.info("policy.profile", path=str(path), seconds=0.0, cached=True)
             return path
         t0 = time.perf_counter()
-        profile = (measurer or measure)(model, grid.batch_sizes, grid.chunk_lens, grid.context, grid.repeats,
-                                        budget_s=budget_s)
+        for attempt in range(2):  # once more if something else took the cores meanwhile
+            profile = (measurer or measure)(model, grid.batch_sizes, grid.chunk_lens, grid.context, grid.repeats,
+                                            budget_s=budget_s)
+            odd = implausible(check_profile_data(profile, str(path)))
+            if not odd:
+                break
+            log.warning("policy.profile_unusable", path=str(path), error=f"implausible, measured again ({odd})")
         seconds = time.perf_counter() - t0
         profile.update(model=key["model"], key=key)
         write_profile(path, profile)

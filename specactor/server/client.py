@@ -24,6 +24,7 @@ from specactor import protocol as p
 from specactor.calls import Call, Params, normalise
 from specactor.server import api
 from specactor.server.daemon import DEFAULT_ENDPOINT, MAX_CALL_BYTES
+from specactor.server.security import ClientKeys
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict
 
 
@@ -33,11 +34,14 @@ class RemoteError(ValueError):
 
 class RolloutClient:
     def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, heartbeat_s: float = 1.0,
-                 timeout_s: float | None = 600.0) -> None:
+                 timeout_s: float | None = 600.0, keys: ClientKeys | None = None) -> None:
         """``timeout_s``: how long to wait for any single reply (a generate call's next sample,
         a commit's answer) before TimeoutError; None waits forever. Finite by default, so that a
-        daemon that died or dropped a call cannot hang the caller."""
+        daemon that died or dropped a call cannot hang the caller. ``keys``: this client's key pair
+        and the daemon's public key, for a daemon started with ``--server-key`` (a daemon that does
+        not know the key answers nothing: calls end in TimeoutError)."""
         self.endpoint, self.heartbeat_s, self.timeout_s = endpoint, heartbeat_s, timeout_s
+        self.keys = keys
         self._holding_pause = False  # a daemon paused by us resumes if our heartbeats stop
         self._sock: zmq.asyncio.Socket | None = None
         self._ids = itertools.count(1)
@@ -56,6 +60,8 @@ class RolloutClient:
             return
         sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.keys is not None:
+            self.keys.secure(sock)
         sock.connect(self.endpoint)
         self._sock = sock
         self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._heartbeat())]

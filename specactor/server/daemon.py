@@ -24,6 +24,7 @@ from specactor import protocol as p
 from specactor.rollout_engine import RolloutEngine
 from specactor.events import get_logger
 from specactor.server import api
+from specactor.server.security import ServerKeys, WeightPaths, is_loopback
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 MAX_CALL_BYTES = 64 << 20
@@ -31,8 +32,13 @@ MAX_CALL_BYTES = 64 << 20
 
 class RolloutServer:
     def __init__(self, engine: RolloutEngine, endpoint: str = DEFAULT_ENDPOINT, *, client_timeout_s: float = 10.0,
-                 drain_timeout_s: float = 30.0) -> None:
+                 drain_timeout_s: float = 30.0, keys: ServerKeys | None = None,
+                 weight_paths: WeightPaths | None = None) -> None:
+        """``keys``: serve only clients holding a key in ``keys.client_keys`` (CURVE); ``weight_paths``:
+        where update files may be read (default: anywhere on loopback, nowhere beyond it)."""
         self.engine, self.endpoint = engine, endpoint
+        self.keys, self._auth = keys, None
+        self.weight_paths = weight_paths or WeightPaths(reachable=not is_loopback(endpoint))
         self.client_timeout_s, self.drain_timeout_s = client_timeout_s, drain_timeout_s
         self.log = get_logger(actor="server")
         self.sock: zmq.asyncio.Socket | None = None
@@ -52,6 +58,8 @@ class RolloutServer:
         # over ours is answered with a Failure; only one over twice ours is cut off
         sock.setsockopt(zmq.MAXMSGSIZE, 2 * MAX_CALL_BYTES)
         sock.setsockopt(zmq.LINGER, 2000)
+        if self.keys is not None:
+            self._auth = self.keys.secure(sock)
         sock.bind(self.endpoint)
         self.sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -86,6 +94,8 @@ class RolloutServer:
             reaper.cancel()
             stopping.cancel()
             self.sock.close()
+            if self._auth is not None:
+                self._auth.stop()
 
     # ------------------------------------------------------------------ calls
 
@@ -136,6 +146,8 @@ class RolloutServer:
             await engine.send_weights_chunk(call.chunk)
             return None
         if isinstance(call, api.CommitWeights):
+            if call.path:
+                self.weight_paths.check(call.path)
             return await engine.commit_weights(call.update_id, version=call.version, in_flight=call.in_flight,
                                                path=call.path)
         if isinstance(call, api.Pause):
@@ -236,12 +248,15 @@ class RolloutServer:
 
 async def serve(engine: RolloutEngine, endpoint: str = DEFAULT_ENDPOINT, *, client_timeout_s: float = 10.0,
                 drain_timeout_s: float = 30.0, stop: asyncio.Event | None = None,
-                on_ready: Any = None) -> None:
+                on_ready: Any = None, keys: ServerKeys | None = None,
+                weight_paths: WeightPaths | None = None) -> None:
     """Run ``engine`` (already started) as a daemon until ``stop`` is set.
 
-    ``on_ready(endpoint)`` is called once the socket is bound.
+    ``on_ready(endpoint)`` is called once the socket is bound. ``keys`` and ``weight_paths``: see
+    :class:`RolloutServer`.
     """
-    server = RolloutServer(engine, endpoint, client_timeout_s=client_timeout_s, drain_timeout_s=drain_timeout_s)
+    server = RolloutServer(engine, endpoint, client_timeout_s=client_timeout_s, drain_timeout_s=drain_timeout_s,
+                           keys=keys, weight_paths=weight_paths)
     bound = server.bind()
     if on_ready is not None:
         on_ready(bound)

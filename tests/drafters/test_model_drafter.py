@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from specactor.drafters.base import DraftState
-from specactor.drafters.model import (DEFAULT_CPU_QUANT, Int8WeightLinear, ModelDrafter, default_model_drafter,
-                                      default_quant)
+from specactor.drafters.model import (DEFAULT_CPU_QUANT, Int8WeightLinear, ModelDrafter, as_draft_model,
+                                      default_model_drafter, default_quant)
 from specactor.prompts import humaneval_prompts
 from specactor.protocol import SamplingParams
 from specactor.engine.llm_engine import Engine
@@ -274,3 +274,33 @@ def test_a_copy_replaying_its_steps_as_graphs_drafts_what_it_drafts_eagerly() ->
     eager.load_weights(update)
     graphed.load_weights(update)
     assert graphed.propose(b, 4) == eager.propose(a, 4)
+
+
+def test_a_4_bit_copy_computes_its_dequantised_weights_and_follows_an_update() -> None:
+    """``int4w``: weights in groups of 32, 4 bits, on torch's int4 kernel; the layer is the
+    dequantised matrix (up to bf16 rounding), quantising loses less than a group's step, and the
+    copy drafts and takes a weight update like the others."""
+    from specactor.drafters.int4_weights import Int4WeightLinear, _quantize
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(128, 64, bias=True)
+    layer = Int4WeightLinear(linear)
+    q, sz = _quantize(linear.weight.detach().float(), 32)
+    scale, zero = sz[..., 0].T.repeat_interleave(32, dim=1), sz[..., 1].T.repeat_interleave(32, dim=1)
+    dequantised = (q.float() - 8) * scale + zero
+    assert (dequantised - linear.weight).abs().max() <= scale.max() / 2 + 1e-6
+    x = torch.randn(3, 128)
+    expected = x @ dequantised.T + linear.bias
+    assert torch.allclose(layer(x).float(), expected, atol=0.05, rtol=0.02)
+    with pytest.raises(ValueError, match="divisible"):
+        Int4WeightLinear(torch.nn.Linear(48, 64))
+
+    hf = tiny_hf_model("llama", seed=6)
+    drafter = ModelDrafter(as_draft_model(ours_from_hf(hf), "int4w"), max_slots=2, max_len=64, quant="int4w")
+    assert isinstance(drafter.model.layers[0].qkv, Int4WeightLinear)
+    state = DraftState("a", [1, 5, 9, 30], seed=3, temperature=1.0)
+    drafter.start(state)
+    assert len(drafter.propose([state], 4)[0]) == 4
+    drafter.load_weights(tiny_hf_model("llama", seed=9).state_dict())
+    assert isinstance(drafter.model.layers[0].qkv, Int4WeightLinear)
+    assert len(drafter.propose([state], 4)[0]) == 4

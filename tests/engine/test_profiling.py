@@ -300,3 +300,25 @@ async def test_our_engine_s_verifier_measures_its_window_s_chunk(model, tiny_che
     assert grids == [(1, 2, 4, 6)]  # measured again, over the window's chunk
     path = find_profile(tiny_checkpoint, "float32", "cpu", torch.get_num_threads())
     assert path == cached and json.loads(path.read_text())["chunk_lens"] == [1, 2, 4, 6]
+
+
+def test_a_profile_measured_while_the_machine_was_busy_is_told_apart() -> None:
+    """A 2-core machine's cached profile said 226 ms for a batch-32 decode step that takes 58: the
+    policy drafted on nearly every batch-32 step by it (0.89x). Such a jump is refused, and the
+    real profiles of this project's machines pass."""
+    from specactor.engine.profiling import ProfileTables, check_profile_data, implausible
+
+    quiet = ProfileTables([1, 16, 32], [1, 2, 4], [[0.020, 0.021, 0.020], [0.039, 0.056, 0.081],
+                                                    [0.062, 0.096, 0.147]])
+    assert implausible(quiet) == ""
+    busy_batch = ProfileTables([1, 16, 32], [1, 2, 4], [[0.020, 0.021, 0.020], [0.041, 0.057, 0.086],
+                                                         [0.226, 0.256, 0.159]])
+    assert "batch 32" in implausible(busy_batch)
+    busy_chunk = ProfileTables([1, 16, 32], [1, 2, 4], [[0.020, 0.021, 0.020], [0.041, 0.057, 0.086],
+                                                         [0.062, 0.096, 0.700]])
+    assert "700.0 ms" in implausible(busy_chunk)
+    root = Path(__file__).resolve().parents[2]
+    for path in [root / "specactor" / "policy" / "default_profile.json",
+                 *(root / "bench" / "results" / "gpu" / "profiles").glob("*.json"),
+                 *(root / "bench" / "results" / "policy" / "profiles").glob("*.json")]:
+        assert implausible(check_profile_data(json.loads(path.read_text()), str(path))) == "", path
