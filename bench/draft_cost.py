@@ -2,6 +2,7 @@
 prices the copy by (``specactor.drafters.cost_profile``), for each copy and thread count asked.
 
     python bench/draft_cost.py [--quants llama-q8_0,int8w] [--threads 1,2] [--batches 1,2,4,8,16,32]
+    python bench/draft_cost.py --device cuda --quants bf16,int8w,int4w --threads 1
 
 For a llama.cpp copy it also times the proposals with every decode batched (``split_below = 0``),
 to show what running small decodes a token at a time saves. Milliseconds of a proposal round
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2", help="thread counts to time each copy on")
     parser.add_argument("--batches", default="1,2,4,8,16,32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="where the torch copies run (cpu, cuda, cuda:N)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/drafters/draft_cost.json"))
     args = parser.parse_args()
     quants = [q for q in args.quants.split(",") if q]
@@ -50,12 +52,15 @@ def main() -> None:
     threads, batches = _ints(args.threads, "--threads", parser), _ints(args.batches, "--batches", parser)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.device != "cpu" and any(q.startswith("llama-") for q in quants):
+        parser.error("llama.cpp's copies run on the CPU: --device cpu for them")
     folder = resolve_model(None)
     rows = []
     for quant in quants:
         for n in threads:
             torch.set_num_threads(n)
-            drafter = default_model_drafter(folder, quant=quant, max_slots=max(batches), max_len=1024, threads=n)
+            drafter = default_model_drafter(folder, quant=quant, max_slots=max(batches), max_len=1024, threads=n,
+                                            device=args.device)
             variants = [("as built", None)]
             if hasattr(drafter, "split_below"):
                 variants.append(("every decode batched", 0))

@@ -10,12 +10,14 @@
 #   profiles  cost profiles of real shapes with random weights (135M, 7B, 32B; bf16), eager and CUDA graphs
 #   bench     the long-tail bench, bf16, autoregressive vs specactor, graphs and eager (needs the default model)
 #   identity  token identity by batch size and mode, fp32 and bf16 (needs the default model)
+#   copy      the model drafter's torch copies on the GPU: its CUDA test, and what bf16 / int8w / int4w
+#             proposals cost by batch size, CUDA graphs replayed (needs the default model)
 #
 # The first time this ran (an H200, bench/RESULTS.md "specactor on a GPU"), tests + profiles took
 # 160 s, rollout + bench + identity 440 s, step 50 s. Set PYTHON to the interpreter that has torch.
 set -u
 OUT=${1:?usage: bash bench/gpu_check.sh OUTDIR [STAGES]}
-STAGES=",${2:-tests,rollout,step,profiles,bench,identity},"
+STAGES=",${2:-tests,rollout,step,profiles,bench,identity,copy},"
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 LOG="$OUT/gpu_check.log"
@@ -72,5 +74,11 @@ if want identity; then
     timeout 120 $PY bench/batch_invariance.py --device cuda --dtype "$dtype" --prompts 16 --n 4 --tokens 256 \
       --batches 32,8 --out "$OUT/identity_$dtype.json" >> "$LOG" 2>&1
   done
+fi
+if want copy; then
+  stage "the model copy on the GPU"
+  timeout 120 $PY -m pytest -q -p no:cacheprovider tests/drafters/test_model_drafter.py -k cuda >> "$LOG" 2>&1
+  timeout 240 $PY bench/draft_cost.py --device cuda --quants bf16,int8w,int4w --threads 1 \
+    --out "$OUT/draft_cost_cuda.json" >> "$LOG" 2>&1
 fi
 stage done

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import subprocess
 
     from specactor.config import EngineConfig
+    from specactor.server.security import ServerKeys, WeightPaths
 
 READY = "specactor serve: ready on"  # the line a supervisor (or a test) waits for
 
@@ -32,7 +33,7 @@ class ServeOptions:
     weights_dirs: tuple[str, ...] = ()  # where update_weights(path=...) may read
 
 
-def check_security(opts: ServeOptions) -> tuple[object | None, object]:
+def check_security(opts: ServeOptions) -> tuple["ServerKeys | None", "WeightPaths"]:
     """The daemon's (ServerKeys or None, WeightPaths) from its flags; ValueError naming what is
     wrong (a key without the other half, an unreadable file, a reachable endpoint with no key)."""
     from specactor.server.security import ServerKeys, WeightPaths, check_endpoint, is_loopback
@@ -69,8 +70,8 @@ async def _main(opts: ServeOptions) -> None:
                   f"drafters {','.join(config.active_drafters) or '-'}, {config.device} {config.dtype})", flush=True)
 
         await serve(engine, opts.endpoint, client_timeout_s=opts.client_timeout_s,
-                    drain_timeout_s=opts.drain_timeout_s, stop=stop, on_ready=ready, keys=keys,  # type: ignore[arg-type]
-                    weight_paths=weight_paths)  # type: ignore[arg-type]
+                    drain_timeout_s=opts.drain_timeout_s, stop=stop, on_ready=ready, keys=keys,
+                    weight_paths=weight_paths)
     print("specactor serve: stopped", file=sys.stderr, flush=True)
 
 

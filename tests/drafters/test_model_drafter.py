@@ -304,3 +304,24 @@ def test_a_4_bit_copy_computes_its_dequantised_weights_and_follows_an_update() -
     drafter.load_weights(tiny_hf_model("llama", seed=9).state_dict())
     assert isinstance(drafter.model.layers[0].qkv, Int4WeightLinear)
     assert len(drafter.propose([state], 4)[0]) == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("quant", ["int8w", "int4w"])
+def test_a_cuda_copy_replays_graphs_and_drafts_what_the_cpu_copy_drafts(quant: str) -> None:
+    """On a GPU the torch copy's weights run on the GPU kernels (int8: _weight_int8pack_mm; int4:
+    tinygemm) and its steps replay CUDA graphs; its greedy drafts are the CPU copy's (a bf16 near
+    tie may flip one)."""
+    hf = tiny_hf_model("llama", seed=7)
+    cpu = ModelDrafter(as_draft_model(ours_from_hf(hf), quant), max_slots=2, max_len=64, quant=quant)
+    gpu = ModelDrafter(as_draft_model(ours_from_hf(hf), quant).to("cuda"), max_slots=2, max_len=64, quant=quant)
+    assert gpu.graphs is not None and gpu.graphs.capture
+    states = {d: [DraftState("a", [1, 5, 9, 30], seed=3, temperature=0.0),
+                  DraftState("b", [2, 200, 17, 45, 61], seed=4, temperature=0.0)] for d in ("cpu", "gpu")}
+    for drafter, key in ((cpu, "cpu"), (gpu, "gpu")):
+        for s in states[key]:
+            drafter.start(s)
+    got, expected = gpu.propose(states["gpu"], 6), cpu.propose(states["cpu"], 6)
+    same = sum(a == b for x, y in zip(got, expected) for a, b in zip(x, y))
+    assert same >= 11, (got, expected)
+    assert gpu.graphs.replays > 0
