@@ -101,6 +101,7 @@ class DraftActor(Actor):
         self._idle_rollouts = False  # the verifier went idle after sending some: time to train
         self._stop_training = threading.Event()  # a request came in: cut the idle training round short
         self._cost_table: dict[str, float] = {}  # the measured cost table, as StatsReply values
+        self._fed_apart: set[str] = set()  # requests whose feeding apart failed: their proposal feeds them
         self.stats = {"rounds": 0, "drafts": 0, "tokens": 0, "draft_s": 0.0, "rollbacks": 0, "version": 0,
                       "trained": 0}
 
@@ -307,6 +308,7 @@ class DraftActor(Actor):
             else:
                 self.drafter.finish(state)
         self.windows.pop(request_id, None)
+        self._fed_apart.discard(request_id)
         self.coupled.discard(request_id)
         self._need_draft.discard(request_id)
         self._stalled.pop(request_id, None)
@@ -387,7 +389,8 @@ class DraftActor(Actor):
         cold = getattr(self.drafter, "cold", None)
         if cold is None:
             return []
-        return [s for s in ready if s.request_id not in self.coupled and cold(s) > COLD_TOKENS]
+        return [s for s in ready if s.request_id not in self.coupled and s.request_id not in self._fed_apart
+                and cold(s) > COLD_TOKENS]
 
     def _propose(self, ready: list[DraftState], k: int) -> list[list[int]]:
         """One batched proposal round; if it fails, each request alone, so that one request the
@@ -431,6 +434,10 @@ class DraftActor(Actor):
                 self._busy = True
                 try:
                     await self.run_blocking(self.drafter.prefill, cold)  # type: ignore[attr-defined]
+                except Exception as exc:  # the proposal then feeds them, and fails request by request
+                    self.log.error("draft.failed", method=self.method, request_id=cold[0].request_id,
+                                   error=f"{type(exc).__name__}: {exc} (feeding {len(cold)} requests)")
+                    self._fed_apart.update(s.request_id for s in cold)
                 finally:
                     self._busy = False
                 self._apply_queued()

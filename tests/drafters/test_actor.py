@@ -361,3 +361,24 @@ def test_a_model_copy_keeps_a_parked_requests_cache_until_its_slots_are_wanted()
     actor._track(_track_at("b", [5], prompt))
     actor._track(_track_at("c", [6], prompt))  # both slots were taken: "a" gives its up
     assert not actor._parked and set(drafter._slot) == {"b", "c"}
+
+
+async def test_a_copy_that_cannot_feed_a_context_apart_still_drafts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model copy feeds a new decoupled request's context before it drafts; should that fail, the
+    drafter goes on (the proposal feeds it, failing, if at all, for that request alone)."""
+    monkeypatch.setattr(NgramDrafter, "lookup", False)
+    monkeypatch.setattr(NgramDrafter, "cold", lambda self, state: 1000, raising=False)
+
+    def refuse(self, states) -> None:
+        raise ValueError("no room to feed")
+
+    monkeypatch.setattr(NgramDrafter, "prefill", refuse, raising=False)
+    async with ActorSystem("inproc") as system:
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
+        await system.spawn(drafter)
+        await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, decoupled_lookahead(WINDOW)))
+        drafts = await _drafts(verifier)
+    assert drafts and drafts[0].tokens[:4] == SEGMENT[4:8]
+    assert drafter._fed_apart == {"r"}
