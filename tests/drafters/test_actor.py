@@ -48,6 +48,17 @@ def _track(mode: p.DraftMode, window: int) -> p.Track:
                    window=window, mode=mode)
 
 
+async def _one_decoupled_request() -> tuple[DraftActor, list[p.Draft]]:
+    """An ngram DraftActor (k=4) given one decoupled request: the actor, and every draft it sent."""
+    async with ActorSystem("inproc") as system:
+        verifier = Collector("verifier")
+        await system.spawn(verifier)
+        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
+        await system.spawn(drafter)
+        await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, decoupled_lookahead(WINDOW)))
+        return drafter, await _drafts(verifier)
+
+
 async def test_a_decoupled_lookup_drafter_fills_the_step_in_flight_and_the_next_in_one_round() -> None:
     lookahead = decoupled_lookahead(WINDOW)
     async with ActorSystem("inproc") as system:
@@ -256,13 +267,7 @@ async def test_a_lookup_drafter_is_charged_its_cpu_time_and_a_model_its_wall_tim
 
     monkeypatch.setattr(NgramDrafter, "lookup", lookup)
     monkeypatch.setattr(NgramDrafter, "propose", waiting)
-    async with ActorSystem("inproc") as system:
-        verifier = Collector("verifier")
-        await system.spawn(verifier)
-        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
-        await system.spawn(drafter)
-        await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, decoupled_lookahead(WINDOW)))
-        drafts = await _drafts(verifier)
+    drafter, drafts = await _one_decoupled_request()
     rounds, charged = drafter.stats["rounds"], drafter.stats["draft_s"]
     assert drafts and rounds >= 1
     if lookup:
@@ -373,12 +378,6 @@ async def test_a_copy_that_cannot_feed_a_context_apart_still_drafts_it(monkeypat
         raise ValueError("no room to feed")
 
     monkeypatch.setattr(NgramDrafter, "prefill", refuse, raising=False)
-    async with ActorSystem("inproc") as system:
-        verifier = Collector("verifier")
-        await system.spawn(verifier)
-        drafter = DraftActor("draft-ngram", "ngram", verifier="verifier", k=4, window=WINDOW)
-        await system.spawn(drafter)
-        await verifier.send("draft-ngram", _track(p.DraftMode.DECOUPLED, decoupled_lookahead(WINDOW)))
-        drafts = await _drafts(verifier)
+    drafter, drafts = await _one_decoupled_request()
     assert drafts and drafts[0].tokens[:4] == SEGMENT[4:8]
     assert drafter._fed_apart == {"r"}
