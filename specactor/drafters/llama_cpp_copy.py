@@ -32,7 +32,7 @@ import torch
 
 from specactor.drafters.base import DraftState
 from specactor.drafters.model import (NOISE_MODES, _common_prefix, check_draft_len, check_draft_tokens,
-                                      check_new_request, sample_drafts)
+                                      check_started, checked_contexts, checked_start, sample_drafts)
 from specactor.engine.config import ModelConfig
 from specactor.engine.gguf_export import DEFAULT_QUANT, QUANTS, write_gguf
 
@@ -178,10 +178,7 @@ class LlamaCppDrafter:
 
     def start(self, state: DraftState) -> None:
         rid = state.request_id
-        check_new_request(state, self._slot, self.max_slots)
-        context = state.context()
-        check_draft_len(state, len(context), self.max_len)
-        check_draft_tokens(state, context, self.vocab_size)
+        checked_start(state, self._slot, self.max_slots, self.max_len, self.vocab_size)
         self._slot[rid] = self._free.pop()
         self._cached[rid] = []  # fed, batched, by the first proposal
 
@@ -209,8 +206,7 @@ class LlamaCppDrafter:
         feeds = []
         memory = self.lib.llama_get_memory(self._ctx)
         for row, state in enumerate(states):
-            if state.request_id not in self._slot:
-                raise KeyError(f"request {state.request_id!r} was not started on the model drafter")
+            check_started(state, self._slot)
             context = state.context()[:-1]
             check_draft_len(state, len(context) + 1, self.max_len)
             keep = _common_prefix(self._cached[state.request_id], context)
@@ -230,16 +226,7 @@ class LlamaCppDrafter:
         ValueError for a context over ``max_len`` or a token outside the vocabulary (nothing changes)."""
         if k <= 0 or not states:
             return [[] for _ in states]
-        if len({s.request_id for s in states}) != len(states):
-            raise ValueError("propose() got the same request twice")
-        contexts = []
-        for state in states:
-            if state.request_id not in self._slot:
-                raise KeyError(f"request {state.request_id!r} was not started on the model drafter "
-                               f"(or was finished)")
-            context = state.context()
-            check_draft_len(state, len(context), self.max_len)
-            contexts.append(context)
+        contexts = checked_contexts(states, self._slot, self.max_len)
         keeps = [min(_common_prefix(self._cached[s.request_id], c), len(c) - 1) for s, c in zip(states, contexts)]
         for state, context, keep in zip(states, contexts, keeps):
             check_draft_tokens(state, context[keep:], self.vocab_size)  # before anything changes

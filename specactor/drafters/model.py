@@ -106,6 +106,37 @@ def check_draft_len(state: DraftState, n: int, max_len: int) -> None:
                          f"drafter's max_len {max_len}")
 
 
+def checked_start(state: DraftState, started: dict[str, int], max_slots: int, max_len: int,
+                  vocab_size: int) -> list[int]:
+    """``state``'s context, once every model drafter's checks for a new request passed
+    (:func:`check_new_request`, its length, its tokens): nothing is started otherwise."""
+    check_new_request(state, started, max_slots)
+    context = state.context()
+    check_draft_len(state, len(context), max_len)
+    check_draft_tokens(state, context, vocab_size)
+    return context
+
+
+def check_started(state: DraftState, started: dict[str, int]) -> None:
+    """KeyError for a request a model drafter was not given (or has finished)."""
+    if state.request_id not in started:
+        raise KeyError(f"request {state.request_id!r} was not started on the model drafter (or was finished)")
+
+
+def checked_contexts(states: list[DraftState], started: dict[str, int], max_len: int) -> list[list[int]]:
+    """The contexts a model drafter proposes for: KeyError for a request not started, ValueError
+    for a context over ``max_len`` or a request given twice (before anything changes)."""
+    contexts = []
+    for state in states:
+        check_started(state, started)
+        context = state.context()
+        check_draft_len(state, len(context), max_len)
+        contexts.append(context)
+    if len({s.request_id for s in states}) != len(states):
+        raise ValueError("propose() got the same request twice")
+    return contexts
+
+
 def sample_drafts(logits: torch.Tensor, states: list[DraftState], positions: list[int], noise: str,
                   device: torch.device) -> list[int]:
     """Row i of ``logits`` sampled as the target samples ``states[i]`` at output position
@@ -183,10 +214,7 @@ class ModelDrafter:
 
     def start(self, state: DraftState) -> None:
         rid = state.request_id
-        check_new_request(state, self._slot, self.max_slots)
-        context = state.context()
-        check_draft_len(state, len(context), self.max_len)
-        check_draft_tokens(state, context, self.vocab_size)
+        checked_start(state, self._slot, self.max_slots, self.max_len, self.vocab_size)
         slot = len(self._ids)
         self._ids.append(rid)
         self._slot[rid] = slot
@@ -240,16 +268,7 @@ class ModelDrafter:
         """
         if k <= 0 or not states:
             return [[] for _ in states]
-        contexts = []
-        for state in states:
-            if state.request_id not in self._slot:
-                raise KeyError(f"request {state.request_id!r} was not started on the model drafter "
-                               f"(or was finished)")
-            context = state.context()
-            check_draft_len(state, len(context), self.max_len)
-            contexts.append(context)
-        if len({s.request_id for s in states}) != len(states):
-            raise ValueError("propose() got the same request twice")
+        contexts = checked_contexts(states, self._slot, self.max_len)
         # The last forward feeds draft token k-2, at position len(context) + k - 2.
         budgets = [min(k, self.max_len - len(c) + 1) for c in contexts]
         # Row r of the batch is states[order[r]]: most room first, so rows that

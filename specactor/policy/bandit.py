@@ -239,7 +239,7 @@ class FastestOfN(Planner):
         steps before its first draft for the request say nothing of its rate (it is feeding the
         request's context: 20 steps and more, which drove its rate to 0.2 and its window to 1)."""
         req = self.requests.get(request_id)
-        if req is not None and (offered or method in req.draft_rates or not self.cost.first_draft_s(method, 1)):
+        if req is not None and (offered or method in req.draft_rates or not self.cost.feeds_context(method)):
             rate = req.draft_rates.get(method, 1.0)
             req.draft_rates[method] = rate + (1 - self.decay) * (float(offered) - rate)
 

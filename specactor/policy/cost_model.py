@@ -542,6 +542,11 @@ class CostModel:
         cost = self.draft.get(method)
         return cost.prefill_s * context if cost is not None else 0.0
 
+    def feeds_context(self, method: str) -> bool:
+        """Whether ``method``'s drafter feeds a request's context before its first draft (a model
+        copy that measured its feeding rate): its explorations and draft rate are treated apart."""
+        return self.first_draft_s(method, 1) > 0
+
     # ------------------------------------------------------------------ choices
 
     def step_s(self, batch: int, fed: float, drafting: dict[str, tuple[int, int]], decoupled: bool,

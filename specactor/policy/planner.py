@@ -190,7 +190,7 @@ class Planner:
                 # the steps an exploration lasts; a model copy's, one: its first verified window decides)
                 # while its drafts are wrong, a copy on cores of its own redrafts there, not on the
                 # verifier's: its rows are priced at their draws)
-                copies = frozenset(i for i in explorers if self.cost.first_draft_s(picked[i][1], 1)
+                copies = frozenset(i for i in explorers if self.cost.feeds_context(picked[i][1])
                                    and picked[i][1] not in self.cost.shared_methods)
                 lasting = 1 if copies == explorers else self.exploration_steps
                 extra = (self._step_s(steps, picked, windows, copies) / exploit_s - 1.0) * lasting
@@ -275,7 +275,7 @@ class Planner:
         copy: right nearly always or nearly never, the same for every request, and its first
         draft comes many steps on: one token of evidence a step kept it at p ~ 0.5 for 30 steps
         at 96% acceptance). The credit of step time shortens either."""
-        if self.cost.first_draft_s(method, 1):
+        if self.cost.feeds_context(method):
             return max(COPY_EXPLORE_WINDOW, self.explore_window)
         return min(drawn, self.explore_window)
 
