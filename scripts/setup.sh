@@ -2,8 +2,9 @@
 # Set up a virtual environment for specactor on a fresh machine.
 #
 #   bash scripts/setup.sh          runtime + HumanEval prompts + default model
-#   bash scripts/setup.sh --dev    the same plus the test tools and llama.cpp's Python binding
+#   bash scripts/setup.sh --dev    the same plus the test tools, Ray and llama.cpp's Python binding
 #                                  (llama-cpp-python 0.3.36, built from source: ~3 min on 2 cores)
+#   bash scripts/setup.sh --ray    the runtime plus Ray (a pool of replicas: docs/ray.md; a wheel, ~5 s)
 #   bash scripts/setup.sh --llama-cpp
 #                                  the runtime plus llama.cpp's binding (a drafter on low-bit kernels)
 #   bash scripts/setup.sh --vllm   the same plus vLLM 0.32.0 (backend vllm; the CPU build where
@@ -30,10 +31,11 @@ with_llama=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="dev"; with_llama=1 ;;
+    --ray) [[ "$extras" == "dev" ]] || extras="humaneval,ray" ;;
     --llama-cpp) with_llama=1 ;;
     --vllm) with_vllm=1 ;;
     --vllm-suffix) with_vllm=1; with_suffix=1 ;;
-    *) echo "specactor setup: unknown option $arg (use --dev, --llama-cpp, --vllm, --vllm-suffix)" >&2; exit 2 ;;
+    *) echo "specactor setup: unknown option $arg (use --dev, --ray, --llama-cpp, --vllm, --vllm-suffix)" >&2; exit 2 ;;
   esac
 done
 

@@ -101,9 +101,12 @@ class Coordinator(Actor):
         finally:
             self._pongs.pop(seq, None)
 
-    async def submit(self, jobs: list[tuple[str, list[int], p.SamplingParams]]) -> list[asyncio.Future]:
+    async def submit(self, jobs: list[tuple[str, list[int], p.SamplingParams]],
+                     resume: dict[str, tuple[int, list[int], list[float]]] | None = None) -> list[asyncio.Future]:
         """Futures of the results of ``jobs`` (request id, prompt ids, params), sent to the verifier
-        in one message (:class:`~specactor.protocol.GenerateBatch`): their prompts prefill in one step."""
+        in one message (:class:`~specactor.protocol.GenerateBatch`): their prompts prefill in one step.
+        ``resume``: output some of them already committed elsewhere (weights version, tokens,
+        log-probs), continued from there when made under the weights this engine serves."""
         ids = [request_id for request_id, _, _ in jobs]
         seen: set[str] = set()
         for request_id in ids:  # all or nothing: checked before any is sent
@@ -120,6 +123,8 @@ class Coordinator(Actor):
                 continue
             self.pending[request_id] = future
             self.jobs[request_id] = (list(prompt_ids), params)
+            if resume and request_id in resume:
+                self.partial[request_id] = resume[request_id]
         if self.verifier_state == "up":
             sent = [rid for rid in ids if rid in self.pending]
             try:
@@ -128,6 +133,7 @@ class Coordinator(Actor):
                 for request_id in sent:
                     self.pending.pop(request_id, None)
                     self.jobs.pop(request_id, None)
+                    self.partial.pop(request_id, None)
                 raise
         return futures  # restarting: sent once the new verifier serves
 

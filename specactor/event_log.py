@@ -45,6 +45,13 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
+def read_event_files(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """The events of several files (a pool's replicas on several nodes), merged in time order."""
+    events = [event for path in paths for event in read_events(path)]
+    events.sort(key=lambda e: e["ts"])
+    return events
+
+
 def at_version(events: list[dict[str, Any]], version: int) -> list[dict[str, Any]]:
     """The events of one RL step: from the verifier's switch to policy version ``version``
     (its ``verify.weights`` event; version 0: the start) to its next switch. An error names
@@ -115,6 +122,8 @@ class Summary:
     graphs: "GraphSteps | None" = None  # the steps replayed as CUDA graphs, if any were
     #: the policy's plan spacing changes (policy.plan_gap): its plans took too long beside the steps
     plan_gaps: list[dict[str, Any]] = field(default_factory=list)
+    #: a pool's replicas (events that carry ``replica``): index -> [requests finished, tokens]
+    replicas: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,15 +149,21 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
     plan_gaps = [e for e in events if e["event"] == "policy.plan_gap"]
     finished = [e for e in events if e["event"] == "request.finished"]
     steps = [e for e in events if e["event"] in ("verify.step", "engine.step")]
+    replicas: dict[int, list[int]] = {}
     for e in events:
         name = e["event"]
+        where = f"replica{e['replica']}/" if "replica" in e else ""  # a pool's actors, told apart
         if name == "draft.chunk":
             m = methods[e.get("method", "?")]
             m.drafts += int(e.get("requests", 0))
             m.draft_s += float(e.get("draft_ms", 0)) / 1000
-            busy[e.get("actor", "?")] += float(e.get("draft_ms", 0)) / 1000
+            busy[where + e.get("actor", "?")] += float(e.get("draft_ms", 0)) / 1000
+        elif name == "request.finished" and where:
+            counts = replicas.setdefault(int(e["replica"]), [0, 0])
+            counts[0] += 1
+            counts[1] += int(e.get("tokens", 0))
         elif name == "verify.step":
-            busy[e.get("actor", "verifier")] += float(e.get("step_ms", e.get("forward_ms", 0))) / 1000
+            busy[where + e.get("actor", "verifier")] += float(e.get("step_ms", e.get("forward_ms", 0))) / 1000
             at = by_batch[int(e.get("batch_size", 0))]
             at.forward_ms.append(float(e.get("forward_ms", e.get("step_ms", 0))))
             at.step_ms.append(float(e.get("step_ms", e.get("forward_ms", 0))))
@@ -168,7 +183,7 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
             graphs.captured_before += int(e.get("shapes", 0))
             graphs.capture_before_s += float(e.get("seconds", 0))
         elif name == "engine.step":  # logs written before every mode ran through the verifier actor
-            busy[e.get("actor", "engine")] += (float(e.get("forward_ms", 0)) + float(e.get("sample_ms", 0))) / 1000
+            busy[where + e.get("actor", "engine")] += (float(e.get("forward_ms", 0)) + float(e.get("sample_ms", 0))) / 1000
         elif name == "policy.assign":
             ms = e.get("methods") or []
             kind = "off" if not ms else ("racing" if len(ms) > 1 else "single")
@@ -186,7 +201,8 @@ def summarize(events: list[dict[str, Any]]) -> Summary:
         tail_rate = tail / max(tail_s, 1e-9) if tail_s else 0.0
     used = graphs.step_ms or graphs.captured_before or graphs.captured_mid_run
     return Summary(end - start, len(finished), tokens, dict(methods), dict(busy), tail_s, tail_rate, head_rate,
-                   policy, reasons, dict(sorted(by_batch.items())), graphs if used else None, plan_gaps)
+                   policy, reasons, dict(sorted(by_batch.items())), graphs if used else None, plan_gaps,
+                   dict(sorted(replicas.items())))
 
 
 def format_summary(s: Summary) -> str:
@@ -201,6 +217,10 @@ def format_summary(s: Summary) -> str:
             mean_len = 1 + m.accepted / m.verified if m.verified else 0.0
             lines.append(f"| {name} | {m.drafts} | {m.draft_s:.2f} s | {m.drafted} | {m.accepted} | "
                          f"{m.acceptance:.0%} | {mean_len:.2f} | {m.accepted / committed:.0%} |")
+        lines.append("")
+    if s.replicas:
+        lines += ["| replica | requests | tokens |", "|---|---|---|"]
+        lines += [f"| {i} | {requests} | {tokens} |" for i, (requests, tokens) in s.replicas.items()]
         lines.append("")
     lines += ["| actor | busy | idle |", "|---|---|---|"]
     for actor, seconds in sorted(s.busy_s.items()):

@@ -2,7 +2,8 @@
 
 Every event carries ``ts`` (unix seconds), ``event`` (a name from
 :data:`CATALOGUE`), ``actor`` and ``pid``; per-request events bind
-``request_id``. Several processes may append to one file: each event is one
+``request_id``; the events of a pool's replica carry ``replica`` (its index).
+Several processes may append to one file: each event is one
 ``write`` of one line to a file opened with O_APPEND, so lines never interleave.
 """
 
@@ -163,6 +164,22 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "server.draining": ("SIGTERM/SIGINT: new calls are refused, running requests may finish.",
                         ("in_flight", "drain_timeout_s")),
     "server.shutdown": ("The daemon stopped; every accepted request got its result.", ("calls", "in_flight", "aborted")),
+    "pool.started": ("A RolloutPool placed its replicas and started their engines.",
+                     ("replicas", "resources", "strategy", "nodes", "seconds")),
+    "pool.dispatched": ("The pool sent samples to a replica (groups whole; resumed ones continue from their "
+                        "committed tokens).", ("replica", "requests", "groups", "resumed", "resumed_tokens")),
+    "pool.replica_failed": ("A replica died, hung or refused an update the others took: Ray restarts it and "
+                            "its samples move to a live replica.", ("replica", "error", "restarts", "in_flight")),
+    "pool.rerouted": ("A dead replica's unfinished samples were sent to live ones.",
+                      ("replica", "requests", "resumed")),
+    "pool.replica_hung": ("A replica did not answer a ping in time: it is killed and treated as dead.",
+                          ("replica", "silent_for_s")),
+    "pool.replica_restored": ("A restarted replica loaded the running weights and serves again.",
+                              ("replica", "version", "pid", "seconds")),
+    "pool.replica_down": ("A replica is given up (restarts spent, or it could not start again).",
+                          ("replica", "error", "restarts")),
+    "pool.weights_updated": ("Every live replica loaded a weight update from the object store (or a path).",
+                             ("version", "replicas", "path", "chunks", "seconds")),
     "rollout.summary": (
         "End of a rollout.",
         ("mode", "samples", "output_tokens", "wall_s", "tokens_per_s", "steps", "verifier_threads",
@@ -214,10 +231,17 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _configured: dict[str, Any] = {}
 
 
+#: set in a pool's replica process (and so in its actors' processes): every event it writes names it
+REPLICA_ENV = "SPECACTOR_REPLICA"
+
+
 def _add_meta(_: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
     event["ts"] = time.time()
     event["level"] = method
     event.setdefault("pid", os.getpid())
+    replica = _configured.get("replica")
+    if replica is not None:
+        event.setdefault("replica", replica)
     return event
 
 
@@ -237,7 +261,9 @@ def configure_events(
     fd = None
     if path is not None:
         fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    _configured.update(fd=fd, path=None if path is None else os.fspath(path))
+    replica = os.environ.get(REPLICA_ENV, "")
+    _configured.update(fd=fd, path=None if path is None else os.fspath(path),
+                       replica=int(replica) if replica.isdigit() else None)
     console = sys.stderr if console_level is not None else None
     if fd is None and console is None:
         min_level = 50
@@ -276,7 +302,8 @@ def catalogue_markdown() -> str:
         "",
         "Generated from `specactor.events.CATALOGUE` (`specactor events catalogue`).",
         "Every event also carries `ts` (unix seconds), `event`, `level`, `actor` and `pid`;",
-        "per-request events carry `request_id`.",
+        "per-request events carry `request_id`; the events of a pool's replica (`RolloutPool`) carry",
+        "`replica`, its index.",
         "",
         "| event | meaning | fields |",
         "|---|---|---|",

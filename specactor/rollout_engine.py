@@ -163,9 +163,24 @@ class RolloutEngine:
         _, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id)
         return await self._submit(jobs)
 
-    async def _submit(self, jobs: list[Job]) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
-        futures = await self.coordinator.submit([(job.request_id, job.prompt_ids, job.params) for job in jobs])
+    async def _submit(self, jobs: list[Job], resume: dict[str, tuple[int, list[int], list[float]]] | None = None,
+                      ) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+        futures = await self.coordinator.submit([(job.request_id, job.prompt_ids, job.params) for job in jobs], resume)
         return [(job.request_id, future) for job, future in zip(jobs, futures)]
+
+    async def submit_jobs(self, jobs: list[Job], resume: dict[str, tuple[int, list[int], list[float]]] | None = None,
+                          ) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+        """Submit samples already expanded and checked (a pool expands each call once, for all its
+        replicas); ``resume``: sample id -> (weights version, tokens, log-probs) another engine
+        committed, continued from there if made under this engine's weights (the tokens are the
+        same either way: sampling is keyed by seed, request and position)."""
+        return await self._submit(jobs, resume)
+
+    def committed(self, request_ids: Seq[str]) -> dict[str, tuple[int, list[int], list[float]]]:
+        """What each of these pending samples has committed so far, by the verifier's last progress
+        report: (weights version, tokens, log-probs); samples with nothing reported are left out."""
+        partial = self.coordinator.partial
+        return {rid: partial[rid] for rid in request_ids if rid in partial}
 
     async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
                        request_ids: Seq[str] | None = None, *, request_id: str | None = None) -> Any:

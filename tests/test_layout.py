@@ -28,7 +28,7 @@ FLOORS = {
     "backends": 3,
     "verifier": 4, "drafters": 4, "policy": 4,
     "coordinator": 5, "rollout_engine": 6,
-    "rl": 6.5, "server": 7, "bench": 7.5,
+    "rl": 6.5, "pool": 6.6, "server": 7, "bench": 7.5,
     "cli": 8, "__main__": 9, "__init__": 9,
 }
 SIBLINGS = {"verifier", "drafters", "policy"}

@@ -91,6 +91,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, default_mode: str =
                             "and cached), cached (never measure), packaged, or a JSON file (bench/cost_profile.py)")
 
 
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--replicas`` and ``--ray-address``: run on a pool of engines on Ray (``docs/ray.md``)."""
+    group = parser.add_argument_group("pool (Ray)")
+    group.add_argument("--replicas", type=positive_int, default=None, metavar="N",
+                       help="run N engine replicas as Ray actors (one per GPU with --device cuda; on a CPU, the "
+                            "cores shared out unless --threads says): samples of one prompt run on one replica; a "
+                            "dead replica's samples finish on another with the same tokens. Needs specactor[ray]")
+    group.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="the Ray cluster to join (auto: the one this machine is in); default: start a local one")
+
+
 def engine_config_from_args(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
     """The EngineConfig the flags describe (``overrides`` win); checked, ValueError naming a bad one."""
     from specactor.drafters.registry import parse_methods

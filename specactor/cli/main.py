@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from specactor import __version__
-from specactor.cli.engine_flags import add_engine_arguments, positive_int
+from specactor.cli.engine_flags import add_engine_arguments, add_pool_arguments, positive_int
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -26,10 +26,10 @@ def _events_catalogue(args: argparse.Namespace) -> int:
 
 
 def _events_summarize(args: argparse.Namespace) -> int:
-    from specactor.event_log import at_version, format_summary, read_events, summarize
+    from specactor.event_log import at_version, format_summary, read_event_files, summarize
 
     try:
-        events = read_events(args.events_file)
+        events = read_event_files(args.events_file)
         if args.version is not None:
             events = at_version(events, args.version)
         print(format_summary(summarize(events)))
@@ -63,9 +63,10 @@ def _rollout(args: argparse.Namespace) -> int:
         opts = RolloutOptions(
             prompts=args.prompts, out=args.out, engine=engine_config_from_args(args),
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens, n=args.n,
-            chat=not args.no_chat, progress=False if args.no_progress else None, resume=args.resume)
+            chat=not args.no_chat, progress=False if args.no_progress else None, resume=args.resume,
+            replicas=args.replicas, ray_address=args.ray_address)
         run_rollout(opts)
-    except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError, RuntimeError) as exc:
+    except (PromptFileError, ValueError, FileNotFoundError, NotImplementedError, RuntimeError, ImportError) as exc:
         print(f"specactor rollout: error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -93,8 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
         return run_daemon(ServeOptions(engine_config_from_args(args), endpoint=args.endpoint,
                                        client_timeout_s=args.client_timeout, drain_timeout_s=args.drain_timeout,
                                        server_key=args.server_key, client_keys=args.client_keys,
-                                       insecure=args.insecure, weights_dirs=tuple(args.weights_dir)))
-    except (ValueError, FileNotFoundError, OSError) as exc:
+                                       insecure=args.insecure, weights_dirs=tuple(args.weights_dir),
+                                       replicas=args.replicas, ray_address=args.ray_address))
+    except (ValueError, FileNotFoundError, OSError, ImportError) as exc:
         print(f"specactor serve: error: {exc}", file=sys.stderr)
         return 2
 
@@ -123,6 +125,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
                        help="a folder update_weights(path=...) may read from (repeatable); without one, a daemon "
                             "on loopback reads any path and one beyond it reads none")
     add_engine_arguments(serve, default_mode="specactor")
+    add_pool_arguments(serve)
     serve.add_argument("--client-timeout", type=float, default=10.0,
                        help="seconds without a heartbeat after which a client's requests are aborted")
     serve.add_argument("--drain-timeout", type=float, default=30.0,
@@ -254,6 +257,7 @@ def _add_rollout(commands: argparse._SubParsersAction) -> None:
                               "max_tokens, seed, temperature, meta), or humaneval / humaneval:N")
     rollout.add_argument("--out", required=True, help="output JSON-lines file")
     add_engine_arguments(rollout, default_mode="autoregressive", without=("max_len",))
+    add_pool_arguments(rollout)
     rollout.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 = greedy")
     rollout.add_argument("--top-p", type=_probability, default=1.0)
     rollout.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -373,8 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     summarize = events_commands.add_parser(
         "summarize", help="per method: drafts, acceptance, accepted length, share of tokens; per actor: busy and "
                           "idle time; the tail; the policy's decisions")
-    summarize.add_argument("events_file", metavar="EVENTS.jsonl", help="an events file (--events), or one "
-                                                                        "compressed with gzip")
+    summarize.add_argument("events_file", metavar="EVENTS.jsonl", nargs="+",
+                           help="an events file (--events), or one compressed with gzip; several (a pool's, one per "
+                                "node) are read together, each replica's actors apart")
     summarize.add_argument("--version", type=int, default=None, metavar="K",
                            help="only the rollout on policy version K (one RL step: from the verifier's switch "
                                 "to version K to its next weight update; 0 = before the first)")

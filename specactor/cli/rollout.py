@@ -44,6 +44,8 @@ class RolloutOptions:
     chat: bool = True
     progress: bool | None = None
     resume: bool = False  # keep the samples OUT (or an interrupted run's OUT.partial.jsonl) already holds
+    replicas: int | None = None  # run on a RolloutPool of this many replicas (Ray)
+    ray_address: str | None = None
 
 
 def build_call(prompts: list[Prompt], opts: RolloutOptions, tokenizer: Any) -> Call:
@@ -139,8 +141,8 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
                 sink.flush()
 
         try:
-            verifier, startup, wall = asyncio.run(_generate(config, remaining, progress, keep)) if remaining \
-                else ({}, 0.0, 0.0)
+            verifier, startup, wall = asyncio.run(_generate(config, remaining, progress, keep, opts)) \
+                if remaining else ({}, 0.0, 0.0)
         finally:
             progress.close()
     lines = [done.get(job.request_id) or new_lines[job.request_id] for job in jobs]
@@ -189,14 +191,22 @@ def run_rollout(opts: RolloutOptions) -> dict[str, Any]:
 
 
 async def _generate(config: EngineConfig, jobs: list[Job], progress: "_Progress",
-                    keep: Callable[[RequestResult, float], None]) -> tuple[dict[str, float], float, float]:
-    """Run ``jobs``, handing each result to ``keep`` with its latency as it finishes; returns the
-    verifier's stats, start-up and generation seconds."""
+                    keep: Callable[[RequestResult, float], None], opts: RolloutOptions,
+                    ) -> tuple[dict[str, float], float, float]:
+    """Run ``jobs`` (on one engine, or a pool of ``opts.replicas``), handing each result to ``keep``
+    with its latency as it finishes; returns the verifier's stats (summed over replicas), start-up
+    and generation seconds."""
     from specactor.rollout_engine import RolloutEngine
 
     tokens = 0
     begin = time.perf_counter()
-    async with RolloutEngine(config) as engine:
+    if opts.replicas:
+        from specactor.pool import RolloutPool
+
+        runner: Any = RolloutPool(config, replicas=opts.replicas, ray_address=opts.ray_address)
+    else:
+        runner = RolloutEngine(config)
+    async with runner as engine:
         start = time.perf_counter()
         async for result in engine.stream_jobs(jobs):
             now = time.perf_counter()

@@ -8,7 +8,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specactor.events import configure_events
 
@@ -31,6 +31,8 @@ class ServeOptions:
     client_keys: str | None = None  # the folder of the clients' NAME.key files
     insecure: bool = False  # listen beyond loopback with no keys
     weights_dirs: tuple[str, ...] = ()  # where update_weights(path=...) may read
+    replicas: int | None = None  # serve from a RolloutPool of this many replicas (Ray)
+    ray_address: str | None = None
 
 
 def check_security(opts: ServeOptions) -> tuple["ServerKeys | None", "WeightPaths"]:
@@ -64,9 +66,19 @@ async def _main(opts: ServeOptions) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with RolloutEngine(config) as engine:
+    if opts.replicas:
+        from specactor.pool import RolloutPool
+
+        runner: Any = RolloutPool(config, replicas=opts.replicas, ray_address=opts.ray_address)
+    else:
+        runner = RolloutEngine(config)
+    async with runner as engine:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # again: starting Ray installs handlers of its own
+            loop.add_signal_handler(sig, stop.set)
+
         def ready(endpoint: str) -> None:
-            print(f"{READY} {endpoint} (model {engine.model_name}, mode {config.mode}, "
+            pool = f", {opts.replicas} replicas" if opts.replicas else ""
+            print(f"{READY} {endpoint} (model {engine.model_name}, mode {config.mode}{pool}, "
                   f"drafters {','.join(config.active_drafters) or '-'}, {config.device} {config.dtype})", flush=True)
 
         await serve(engine, opts.endpoint, client_timeout_s=opts.client_timeout_s,

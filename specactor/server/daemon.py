@@ -1,4 +1,4 @@
-"""``specactor serve``: a RolloutEngine behind a ZeroMQ ROUTER socket.
+"""``specactor serve``: a RolloutEngine (or a RolloutPool of them) behind a ZeroMQ ROUTER socket.
 
 IO is separate from the engine's busy loop: this coroutine only decodes calls,
 hands them to the engine (whose verifier runs in its own process) and sends
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 import zmq.asyncio
@@ -26,12 +26,16 @@ from specactor.events import get_logger
 from specactor.server import api
 from specactor.server.security import ServerKeys, WeightPaths, is_loopback
 
+if TYPE_CHECKING:
+    from specactor.pool import RolloutPool
+
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5557"
 MAX_CALL_BYTES = 64 << 20
 
 
 class RolloutServer:
-    def __init__(self, engine: RolloutEngine, endpoint: str = DEFAULT_ENDPOINT, *, client_timeout_s: float = 10.0,
+    def __init__(self, engine: "RolloutEngine | RolloutPool", endpoint: str = DEFAULT_ENDPOINT, *,
+                 client_timeout_s: float = 10.0,
                  drain_timeout_s: float = 30.0, keys: ServerKeys | None = None,
                  weight_paths: WeightPaths | None = None) -> None:
         """``keys``: serve only clients holding a key in ``keys.client_keys`` (CURVE); ``weight_paths``:
@@ -246,11 +250,12 @@ class RolloutServer:
         self.log.info("server.shutdown", calls=self.calls, in_flight=in_flight, aborted=aborted)
 
 
-async def serve(engine: RolloutEngine, endpoint: str = DEFAULT_ENDPOINT, *, client_timeout_s: float = 10.0,
+async def serve(engine: "RolloutEngine | RolloutPool", endpoint: str = DEFAULT_ENDPOINT, *,
+                client_timeout_s: float = 10.0,
                 drain_timeout_s: float = 30.0, stop: asyncio.Event | None = None,
                 on_ready: Any = None, keys: ServerKeys | None = None,
                 weight_paths: WeightPaths | None = None) -> None:
-    """Run ``engine`` (already started) as a daemon until ``stop`` is set.
+    """Run ``engine`` (already started; a RolloutPool too) as a daemon until ``stop`` is set.
 
     ``on_ready(endpoint)`` is called once the socket is bound. ``keys`` and ``weight_paths``: see
     :class:`RolloutServer`.

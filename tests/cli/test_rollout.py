@@ -195,11 +195,11 @@ def test_a_rollout_with_failed_samples_keeps_the_old_output(tmp_path: Path, tiny
 
     real = rollout._generate
 
-    async def one_fails(config, jobs, progress, keep):
+    async def one_fails(config, jobs, progress, keep, *rest):
         def keep_failing(result, latency_s):
             keep(replace_result(result) if result.request_id == "a#1" else result, latency_s)
 
-        return await real(config, jobs, progress, keep_failing)
+        return await real(config, jobs, progress, keep_failing, *rest)
 
     def replace_result(result):
         import msgspec
