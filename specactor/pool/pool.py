@@ -39,12 +39,14 @@ from specactor.config import EngineConfig
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.events import configure_events, events_path, get_logger
 from specactor.pool.placement import actor_options, bundle, import_ray, join_ray, place, replica_config
-from specactor.pool.replica import Committed, Replica
+from specactor.pool.replica import Committed, Replica, to_store
 from specactor.pool.router import Router
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
 #: sample ids whose route the pool remembers (:attr:`RolloutPool.routes`)
 ROUTES_KEPT = 100_000
+#: weight chunks on their way to each replica at once (each ~DEFAULT_CHUNK_BYTES)
+CHUNKS_IN_FLIGHT = 8
 
 
 @dataclass
@@ -101,6 +103,7 @@ class RolloutPool:
         self._weights_lock = asyncio.Lock()
         self._running: tuple[str, list[Any]] = ("", [])  # the running update: (path, chunk refs)
         self._staging: dict[str, list[Any]] = {}
+        self._sending: list[asyncio.Future[Any]] = []  # chunk deliveries not yet confirmed
         self._paused = False
         self._owns_ray = False
         self._group: Any = None
@@ -451,11 +454,21 @@ class RolloutPool:
         ray = import_ray()
         if chunk.update_id not in self._staging:
             self._staging = {chunk.update_id: []}  # one update is sent at a time: an earlier one was abandoned
-        ref = ray.put(chunk)
+        ref = ray.put(to_store(chunk))
         self._staging[chunk.update_id].append(ref)
-        slots = [self._slots[i] for i in self._live()]
-        await asyncio.gather(*(_ref(slot.handle.weights_chunk.remote(ref)) for slot in slots),
-                             return_exceptions=True)  # a replica that died here is restored with the running ones
+        # pipelined: up to CHUNKS_IN_FLIGHT chunks travel at once (the replicas stage them by offset,
+        # in any order); the commit waits for all. A replica that died here is restored with the running ones.
+        self._sending.extend(asyncio.ensure_future(_ref(self._slots[i].handle.weights_chunk.remote(ref)))
+                             for i in self._live())
+        while len(self._sending) > CHUNKS_IN_FLIGHT * max(1, len(self._live())):
+            await asyncio.wait([self._sending.pop(0)])
+
+    async def _chunks_delivered(self) -> None:
+        sending, self._sending = self._sending, []
+        if sending:
+            await asyncio.wait(sending)
+            for task in sending:
+                task.exception()  # retrieved: a dead replica's is dealt with when it is restored
 
     async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
                              path: str | None = None) -> int:
@@ -465,6 +478,7 @@ class RolloutPool:
         if version <= self.version:
             raise ValueError(f"version {version} is not newer than the running version {self.version}")
         began = time.perf_counter()
+        await self._chunks_delivered()
         async with self._weights_lock:
             self._open.clear()
             try:

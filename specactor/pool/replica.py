@@ -50,7 +50,7 @@ class Replica:
         if version > engine.version:
             update_id = f"restore-{self.index}-{version}"
             for ref in chunks or []:
-                chunk = ref if isinstance(ref, p.WeightsChunk) else await ref
+                chunk = from_store(await ref)
                 await engine.send_weights_chunk(msgspec.structs.replace(chunk, update_id=update_id))
             await engine.commit_weights(update_id, version=version, path=path or None)
         return {"pid": os.getpid(), "vocab_size": engine.vocab_size, "model": engine.model_name,
@@ -88,8 +88,8 @@ class Replica:
     async def abort(self, request_id: str) -> None:
         await self._engine().abort(request_id)
 
-    async def weights_chunk(self, chunk: p.WeightsChunk) -> None:
-        await self._engine().send_weights_chunk(chunk)
+    async def weights_chunk(self, stored: "StoredChunk") -> None:
+        await self._engine().send_weights_chunk(from_store(stored))
 
     async def commit_weights(self, update_id: str, version: int, in_flight: str, path: str | None
                              ) -> tuple[bool, int | str]:
@@ -116,6 +116,22 @@ class Replica:
         if self.engine is not None:
             await self.engine.close()
             self.engine = None
+
+
+#: a weight chunk as the object store holds it: its header, and its bytes as an array (which Ray
+#: maps into a reader's memory instead of copying it, as it would the bytes of a pickled message)
+StoredChunk = tuple[p.WeightsChunk, Any]
+
+
+def to_store(chunk: p.WeightsChunk) -> StoredChunk:
+    import numpy as np
+
+    return msgspec.structs.replace(chunk, data=b""), np.frombuffer(chunk.data, dtype=np.uint8)
+
+
+def from_store(stored: StoredChunk) -> p.WeightsChunk:
+    header, data = stored
+    return msgspec.structs.replace(header, data=memoryview(data))  # encoded as bytes on its way on
 
 
 def _news(committed: dict[str, Committed], reported: dict[str, tuple[int, int]],
