@@ -5,10 +5,10 @@
 On this machine's cores, side by side and interleaved, medians of ``--repeats``:
 
 - the long-tail workload (8 HumanEval prompts x 4 samples, T=1, up to 768 tokens) on one engine
-  whose verifier has every core, and on a pool of ``--replicas`` replicas of one core each: the
-  throughput ratio (target >= 0.95), the samples compared token by token, and each setup's time
-  outside its verifiers' steps (from the events) beside its makespan: the pool's makespan cannot
-  be below its busiest replica's step time, which is its ceiling here;
+  whose verifier has every core, on a pool of ``--replicas`` replicas of one core each, and on as
+  many engines of one core each started by hand, each given its share of the prompts: the
+  throughput ratios (target >= 0.95), the samples compared token by token, and each setup's
+  busiest verifier's step time beside its makespan (its ceiling: a makespan cannot be shorter);
 - the router's cost per request (``Router.route``, 2 / 64 / 512 replicas) and the pool's whole
   submit path per sample (check, expand, route, hand to Ray);
 - a weight update of the default model (a state dict, then a 1-token request) on one engine and
@@ -56,6 +56,32 @@ def router_cost_us(replicas: int, requests: int = 20_000) -> float:
     return (time.perf_counter() - began) / requests * 1e6
 
 
+def progress_cost_ns(samples: int = 512, tokens: int = 16, rounds: int = 200) -> float:
+    """Nanoseconds the caller spends per committed token a replica reports: the report pickled and
+    unpickled (as Ray carries it) and merged into the pool's record of the sample."""
+    import pickle
+
+    from specactor.calls import Job
+
+    pool = RolloutPool(replicas=1)
+    loop = asyncio.new_event_loop()
+    for i in range(samples):
+        job = Job(f"s{i}", f"s{i}", 0, [1, 2, 3], SamplingParams())
+        pool._samples[job.request_id] = _sample_record(job, loop)
+    began = time.perf_counter()
+    for r in range(rounds):
+        news = {f"s{i}": (0, r * tokens, list(range(tokens)), [-0.5] * tokens) for i in range(samples)}
+        pool._progress(pickle.loads(pickle.dumps(("progress", news)))[1])
+    loop.close()
+    return (time.perf_counter() - began) / (rounds * samples * tokens) * 1e9
+
+
+def _sample_record(job: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    from specactor.pool.pool import _Sample
+
+    return _Sample(job, job.parent_id, 100, loop.create_future())
+
+
 async def rollout(runner: Any, work: Any, temperature: float) -> dict[str, Any]:
     """Run the workload once; makespan, tokens, the submit path's time and every sample's tokens."""
     params = SamplingParams(temperature=temperature, max_tokens=work.max_tokens, n=work.n, seed=work.seed(0))
@@ -70,12 +96,37 @@ async def rollout(runner: Any, work: Any, temperature: float) -> dict[str, Any]:
             "outputs": {r.request_id: list(r.token_ids) for r in results}}
 
 
+class HandSplit:
+    """The baseline a pool replaces: ``replicas`` engines started by hand, one core each, each given
+    every other prompt (no Ray, no router, no progress stream)."""
+
+    def __init__(self, config: EngineConfig, replicas: int) -> None:
+        self.engines = [RolloutEngine(config) for _ in range(replicas)]
+
+    async def __aenter__(self) -> "HandSplit":
+        await asyncio.gather(*(engine.start() for engine in self.engines))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.gather(*(engine.close() for engine in self.engines))
+
+    async def submit(self, prompts: list[list[int]], params: SamplingParams, ids: list[str]) -> list[Any]:
+        share = len(self.engines)
+        submitted = []
+        for i, engine in enumerate(self.engines):
+            submitted += await engine.submit(prompts[i::share], params, ids[i::share])
+        return submitted
+
+
 async def one_setup(setup: str, config: EngineConfig, replicas: int, work: Any, temperature: float,
                     events: Path) -> dict[str, Any]:
     config = replace(config, events_path=str(events))
-    if setup == "pool":
-        runner: Any = RolloutPool(replace(config, verifier_threads=max(1, (os.cpu_count() or 2) // replicas)),
-                                  replicas=replicas)
+    if setup == "engines":
+        runner: Any = HandSplit(replace(config, verifier_threads=max(1, (os.cpu_count() or 2) // replicas)),
+                                replicas)
+    elif setup == "pool":
+        runner = RolloutPool(replace(config, verifier_threads=max(1, (os.cpu_count() or 2) // replicas)),
+                             replicas=replicas)
     else:
         runner = RolloutEngine(replace(config, verifier_threads=os.cpu_count() or 2))
     started = time.perf_counter()
@@ -83,10 +134,16 @@ async def one_setup(setup: str, config: EngineConfig, replicas: int, work: Any, 
         startup = time.perf_counter() - started
         run = await rollout(runner, work, temperature)
     run["startup_s"] = startup
-    summary = summarize(read_events(events))
-    verifier_busy = {actor: s for actor, s in summary.busy_s.items() if actor.endswith("verifier")}
+    log = read_events(events)
+    summary = summarize(log)
+    verifier_busy: dict[str, float] = {}  # by process: engines started by hand share actor names
+    for e in log:
+        if e["event"] == "verify.step":
+            key = f"{e.get('replica', '')}/{e['pid']}"
+            verifier_busy[key] = verifier_busy.get(key, 0.0) + float(e.get("step_ms", 0)) / 1000
     run["verifier_busy_s"] = verifier_busy
     run["ceiling_s"] = max(verifier_busy.values()) if verifier_busy else 0.0  # the busiest verifier's steps
+    run["step_ms_by_batch"] = {b: at.median_step_ms for b, at in summary.by_batch.items()}
     with open(events, "rb") as src, gzip.open(f"{events}.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     events.unlink()
@@ -119,9 +176,17 @@ async def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=768)
     parser.add_argument("--update-repeats", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "pool"))
+    parser.add_argument("--costs-only", action="store_true",
+                        help="only the router's and the progress reports' costs (seconds, no Ray)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    costs = {"router_us": {r: router_cost_us(r) for r in (2, 64, 512)}, "progress_ns_per_token": progress_cost_ns()}
+    print("router, us a request:", {r: round(us, 2) for r, us in costs["router_us"].items()},
+          f"progress, ns a token: {costs['progress_ns_per_token']:.0f}", flush=True)
+    if args.costs_only:
+        (out / "costs.json").write_text(json.dumps(costs, indent=1) + "\n")
+        return
     import ray
 
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)  # once, for every pool
@@ -133,13 +198,13 @@ async def main() -> None:
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "date": time.strftime("%Y-%m-%d"), "replicas": args.replicas, "temperature": args.temperature,
         "workload": f"{args.prompts} HumanEval prompts x {args.n}, up to {args.max_tokens} tokens",
-        "router_us": {r: router_cost_us(r) for r in (2, 64, 512)}, "modes": {}}
-    print("router, us a request:", {r: round(us, 2) for r, us in report["router_us"].items()}, flush=True)
+        **costs, "modes": {}}
     for mode in args.modes.split(","):
         config = replace(base, mode=mode, drafters=["ngram", "suffix"])
-        runs: dict[str, list[dict[str, Any]]] = {"single": [], "pool": []}
+        runs: dict[str, list[dict[str, Any]]] = {"single": [], "pool": [], "engines": []}
         for repeat in range(args.repeats):
-            for setup in (("single", "pool") if repeat % 2 == 0 else ("pool", "single")):
+            order = ["single", "pool", "engines"]
+            for setup in order[repeat % 3:] + order[:repeat % 3]:
                 events = out / f"{mode}-{setup}-{repeat}.events.jsonl"
                 run = await one_setup(setup, config, args.replicas, work, args.temperature, events)
                 runs[setup].append(run)
@@ -150,20 +215,25 @@ async def main() -> None:
         differ = sum(run["outputs"].get(rid) != tokens for setup in runs.values() for run in setup
                      for rid, tokens in reference.items())
         ratios = [s["makespan_s"] / p["makespan_s"] for s, p in zip(runs["single"], runs["pool"])]
+        by_hand = [e["makespan_s"] / p["makespan_s"] for e, p in zip(runs["engines"], runs["pool"])]
         report["modes"][mode] = {
             "single_makespan_s": statistics.median(r["makespan_s"] for r in runs["single"]),
             "pool_makespan_s": statistics.median(r["makespan_s"] for r in runs["pool"]),
+            "engines_makespan_s": statistics.median(r["makespan_s"] for r in runs["engines"]),
             "throughput_ratios": ratios, "throughput_ratio_median": statistics.median(ratios),
+            "pool_vs_engines_by_hand": by_hand, "pool_vs_engines_by_hand_median": statistics.median(by_hand),
+            "engines_busiest_verifier_s": statistics.median(r["ceiling_s"] for r in runs["engines"]),
+            "step_ms_by_batch": {k: v[0]["step_ms_by_batch"] for k, v in runs.items()},
             "single_verifier_busy_s": statistics.median(r["ceiling_s"] for r in runs["single"]),
             "pool_busiest_verifier_s": statistics.median(r["ceiling_s"] for r in runs["pool"]),
             "pool_submit_ms_per_sample": statistics.median(r["submit_ms_per_sample"] for r in runs["pool"]),
             "single_submit_ms_per_sample": statistics.median(r["submit_ms_per_sample"] for r in runs["single"]),
             "tokens": runs["single"][0]["tokens"], "samples_differing": differ,
-            "samples_compared": len(reference) * 2 * args.repeats,
+            "samples_compared": len(reference) * 3 * args.repeats,
             "errors": sum(r["errors"] for setup in runs.values() for r in setup),
             "startup_s": {k: statistics.median(r["startup_s"] for r in v) for k, v in runs.items()},
         }
-        print(mode, {k: v for k, v in report["modes"][mode].items() if k != "throughput_ratios"}, flush=True)
+        print(mode, {k: v for k, v in report["modes"][mode].items() if k != "step_ms_by_batch"}, flush=True)
     from specactor.engine.model_registry import resolve_model
     from specactor.engine.weights import load_state_dict
 

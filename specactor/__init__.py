@@ -1,6 +1,6 @@
 """specactor: lossless speculative rollout for LLM RL post-training.
 
-    from specactor import RolloutEngine, EngineConfig, SamplingParams, RolloutClient
+    from specactor import RolloutEngine, EngineConfig, SamplingParams, RolloutClient, RolloutPool
 """
 
 from typing import Any
@@ -13,6 +13,7 @@ _EXPORTS = {
     "SamplingParams": "specactor.protocol",
     "RequestResult": "specactor.protocol",
     "RolloutClient": "specactor.server.client",
+    "RolloutPool": "specactor.pool",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -62,6 +62,19 @@ def normalise(prompt_ids: Any, sampling_params: Params | None, request_ids: Seq[
     return Call([_as_list(prompt_ids)], params, None if request_id is None else [request_id], True)
 
 
+def check_group_ids(call: Call, group_ids: Seq[str] | None) -> list[str] | None:
+    """A call's group ids (one per prompt: prompts sharing one run together on a pool's replica),
+    checked; ValueError naming what is wrong."""
+    if group_ids is None:
+        return None
+    if isinstance(group_ids, str) or len(group_ids) != len(call.prompt_ids):
+        raise ValueError(f"group_ids needs one id per prompt ({len(call.prompt_ids)}), got "
+                         f"{1 if isinstance(group_ids, str) else len(group_ids)}")
+    if not all(isinstance(g, str) and g for g in group_ids):
+        raise ValueError("group ids must be non-empty strings")
+    return list(group_ids)
+
+
 def _is_sequence(value: Any) -> bool:
     """A list, tuple or array of at least one dimension (a tensor's element is 0-d)."""
     return isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) >= 1

@@ -34,7 +34,7 @@ from specactor.speculation import LEARNING_METHODS, MODEL_METHODS
 from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.engine.model_registry import DEFAULT_MODEL
-from specactor.calls import Job, Params, expand, normalise
+from specactor.calls import Job, Params, check_group_ids, expand, normalise
 from specactor.coordinator import Coordinator
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
@@ -147,20 +147,22 @@ class RolloutEngine:
         await self.system.spawn(ActorSpec(name=name, cls=cls, kwargs=kwargs, env=env), local=not process)
 
     def _expand(self, prompt_ids: Any, sampling_params: Params | None, request_ids: Seq[str] | None,
-                request_id: str | None) -> tuple[Any, list[Job]]:
+                request_id: str | None, group_ids: Seq[str] | None = None) -> tuple[Any, list[Job]]:
         """The call, normalised, and one job per sample; every input is checked first, so a
-        bad one rejects the whole call (ValueError naming it) before anything is submitted."""
+        bad one rejects the whole call (ValueError naming it) before anything is submitted.
+        ``group_ids`` are checked as a pool checks them; on one engine every group is together."""
         call = normalise(prompt_ids, sampling_params, request_ids, request_id)
+        check_group_ids(call, group_ids)
         jobs = expand(call, vocab_size=self.vocab_size, max_len=self.config.max_len,
                       default_seed=self.config.seed, in_flight=self.coordinator.pending,
                       max_in_flight=self.config.max_in_flight)
         return call, jobs
 
     async def submit(self, prompt_ids: Any, sampling_params: Params | None = None,
-                     request_ids: Seq[str] | None = None, *,
-                     request_id: str | None = None) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
+                     request_ids: Seq[str] | None = None, *, request_id: str | None = None,
+                     group_ids: Seq[str] | None = None) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
         """Submit every sample (checked first, all or nothing): (sample's request id, future of its result)."""
-        _, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id)
+        _, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id, group_ids)
         return await self._submit(jobs)
 
     async def _submit(self, jobs: list[Job], resume: dict[str, tuple[int, list[int], list[float]]] | None = None,
@@ -183,22 +185,25 @@ class RolloutEngine:
         return {rid: partial[rid] for rid in request_ids if rid in partial}
 
     async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
-                       request_ids: Seq[str] | None = None, *, request_id: str | None = None) -> Any:
+                       request_ids: Seq[str] | None = None, *, request_id: str | None = None,
+                       group_ids: Seq[str] | None = None) -> Any:
         """Generate ``n`` samples per prompt.
 
         Batch form ``generate([ids, ...], params, request_ids=[...])``: every sample's result,
         in input order. Single form ``generate(ids, params, request_id="x")`` (verl's call):
         one RequestResult when ``n == 1``, else the ``n`` results in sample order.
+        ``group_ids`` (one per prompt) matter to a RolloutPool; here they are only checked.
         """
-        call, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id)
+        call, jobs = self._expand(prompt_ids, sampling_params, request_ids, request_id, group_ids)
         submitted = await self._submit(jobs)
         return call.shape(list(await asyncio.gather(*(future for _, future in submitted))))
 
     async def stream(self, prompt_ids: Any, sampling_params: Params | None = None,
-                     request_ids: Seq[str] | None = None, *,
-                     request_id: str | None = None) -> AsyncIterator[p.RequestResult]:
+                     request_ids: Seq[str] | None = None, *, request_id: str | None = None,
+                     group_ids: Seq[str] | None = None) -> AsyncIterator[p.RequestResult]:
         """Like generate (either form), but yields each sample's result as soon as it finishes."""
-        submitted = await self.submit(prompt_ids, sampling_params, request_ids, request_id=request_id)
+        submitted = await self.submit(prompt_ids, sampling_params, request_ids, request_id=request_id,
+                                      group_ids=group_ids)
         for done in asyncio.as_completed([future for _, future in submitted]):
             yield await done
 

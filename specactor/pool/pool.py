@@ -34,7 +34,7 @@ from typing import Any, AsyncIterator, Sequence as Seq
 
 from specactor import protocol as p
 from specactor.backends import check_backend
-from specactor.calls import Job, Params, expand, normalise
+from specactor.calls import Job, Params, check_group_ids, expand, normalise
 from specactor.config import EngineConfig
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.events import configure_events, events_path, get_logger
@@ -215,10 +215,7 @@ class RolloutPool:
 
     async def _submit_call(self, call: Any, group_ids: Seq[str] | None
                            ) -> list[tuple[str, asyncio.Future[p.RequestResult]]]:
-        if group_ids is not None and len(group_ids) != len(call.prompt_ids):
-            raise ValueError(f"{len(group_ids)} group ids for {len(call.prompt_ids)} prompts")
-        if group_ids is not None and not all(isinstance(g, str) and g for g in group_ids):
-            raise ValueError("group ids must be non-empty strings")
+        group_ids = check_group_ids(call, group_ids)
         jobs = expand(call, vocab_size=self.vocab_size, max_len=self.config.max_len, default_seed=self.config.seed,
                       in_flight=self._samples, max_in_flight=self.config.max_in_flight * self.replicas)
         groups = None
@@ -326,7 +323,8 @@ class RolloutPool:
             if start == 0:
                 sample.committed = (version, list(tokens), list(logprobs))
             elif have is not None and have[0] == version and start == len(have[1]):
-                sample.committed = (version, have[1] + list(tokens), have[2] + list(logprobs))
+                have[1].extend(tokens)  # in place: a long sample's record is not copied at every report
+                have[2].extend(logprobs)
 
     async def abort(self, request_id: str) -> None:
         """Abort a sample wherever it runs (its result comes back with finish reason abort)."""

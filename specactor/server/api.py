@@ -27,6 +27,7 @@ class Generate(_Call, tag="generate"):
     sampling_params: Union[SamplingParams, list[SamplingParams]] = msgspec.field(default_factory=SamplingParams)
     request_ids: list[str] | None = None
     model: str | None = None  # if given, must be the served model's name
+    group_ids: list[str] | None = None  # one per prompt: a pool runs prompts sharing one on one replica
 
 
 class Abort(_Call, tag="abort"):

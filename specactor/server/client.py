@@ -21,7 +21,7 @@ import zmq
 import zmq.asyncio
 
 from specactor import protocol as p
-from specactor.calls import Call, Params, normalise
+from specactor.calls import Call, Params, check_group_ids, normalise
 from specactor.server import api
 from specactor.server.daemon import DEFAULT_ENDPOINT, MAX_CALL_BYTES
 from specactor.server.security import ClientKeys
@@ -138,17 +138,19 @@ class RolloutClient:
 
     async def stream_indexed(self, prompt_ids: Any, sampling_params: Params | None = None,
                              request_ids: Seq[str] | None = None, model: str | None = None, *,
-                             request_id: str | None = None) -> AsyncIterator[tuple[int, p.RequestResult]]:
+                             request_id: str | None = None, group_ids: Seq[str] | None = None,
+                             ) -> AsyncIterator[tuple[int, p.RequestResult]]:
         """(index in input order, result) for every sample, as each finishes."""
         call = normalise(prompt_ids, sampling_params, request_ids, request_id)
-        async for item in self._stream(call, model):
+        async for item in self._stream(call, model, check_group_ids(call, group_ids)):
             yield item
 
-    async def _stream(self, call: Call, model: str | None) -> AsyncIterator[tuple[int, p.RequestResult]]:
+    async def _stream(self, call: Call, model: str | None, group_ids: list[str] | None = None,
+                      ) -> AsyncIterator[tuple[int, p.RequestResult]]:
         call_id, queue = self._open()
         try:
             await self._send(api.Generate(call_id=call_id, prompt_ids=call.prompt_ids, sampling_params=call.params,
-                                          request_ids=call.request_ids, model=model))
+                                          request_ids=call.request_ids, model=model, group_ids=group_ids))
             while True:
                 reply = await self._next(queue)
                 if isinstance(reply, api.Done):
@@ -160,20 +162,22 @@ class RolloutClient:
 
     async def stream(self, prompt_ids: Any, sampling_params: Params | None = None,
                      request_ids: Seq[str] | None = None, model: str | None = None, *,
-                     request_id: str | None = None) -> AsyncIterator[p.RequestResult]:
+                     request_id: str | None = None, group_ids: Seq[str] | None = None,
+                     ) -> AsyncIterator[p.RequestResult]:
         """Like generate (either form), but yields each sample's result as soon as it finishes."""
         async for _, result in self.stream_indexed(prompt_ids, sampling_params, request_ids, model,
-                                                   request_id=request_id):
+                                                   request_id=request_id, group_ids=group_ids):
             yield result
 
     async def generate(self, prompt_ids: Any, sampling_params: Params | None = None,
                        request_ids: Seq[str] | None = None, model: str | None = None, *,
-                       request_id: str | None = None) -> Any:
+                       request_id: str | None = None, group_ids: Seq[str] | None = None) -> Any:
         """As :meth:`RolloutEngine.generate`: batch form -> every sample's result in input order;
-        single form ``generate(ids, params, request_id="x")`` -> one result (``n == 1``) or the n."""
+        single form ``generate(ids, params, request_id="x")`` -> one result (``n == 1``) or the n.
+        ``group_ids``: one per prompt; a daemon serving a pool runs prompts sharing one together."""
         call = normalise(prompt_ids, sampling_params, request_ids, request_id)
         results: dict[int, p.RequestResult] = {}
-        async for index, result in self._stream(call, model):
+        async for index, result in self._stream(call, model, check_group_ids(call, group_ids)):
             results[index] = result
         return call.shape([results[i] for i in sorted(results)])
 

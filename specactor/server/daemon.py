@@ -176,7 +176,8 @@ class RolloutServer:
             raise RuntimeError("the daemon is shutting down: no new requests")
         if call.model is not None and call.model != self.engine.model_name:
             raise ValueError(f"unknown model {call.model!r}: this daemon serves {self.engine.model_name!r}")
-        submitted = await self.engine.submit(call.prompt_ids, call.sampling_params, call.request_ids)
+        submitted = await self.engine.submit(call.prompt_ids, call.sampling_params, call.request_ids,
+                                             group_ids=call.group_ids)
         owned = self.owned.setdefault(identity, set())
         owned.update(rid for rid, _ in submitted)
         self.last_seen[identity] = time.monotonic()

@@ -179,12 +179,13 @@ async def test_bad_calls_get_the_engines_errors(tiny_checkpoint: Path) -> None:
         pooled = [await _error(pool.generate(*call[:2], request_ids=call[2])) for call in BAD_CALLS]
         pooled.append(await _error(pool.update_weights()))
         pooled.append(await _error(pool.update_weights(path="x", in_flight="later")))
-        assert "group ids" in await _error(pool.generate([[1, 2]], request_ids=["a"], group_ids=["a", "b"]))
+        pooled.append(await _error(pool.generate([[1, 2]], request_ids=["a"], group_ids=["a", "b"])))
         assert (await pool.health())["in_flight"] == 0  # nothing of a refused call was submitted
     async with RolloutEngine(config) as engine:
         single = [await _error(engine.generate(*call[:2], request_ids=call[2])) for call in BAD_CALLS]
         single.append(await _error(engine.update_weights()))
         single.append(await _error(engine.update_weights(path="x", in_flight="later")))
+        single.append(await _error(engine.generate([[1, 2]], request_ids=["a"], group_ids=["a", "b"])))
     assert pooled == single
     assert all(pooled)
 

@@ -3,6 +3,7 @@ engine, through the commands users run (real processes, a local Ray each, the ti
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -48,9 +49,10 @@ def test_a_rollout_on_replicas_writes_one_engines_samples(tmp_path: Path, sessio
     assert "replica1/verifier" in summary.stdout
 
 
-async def test_a_daemon_serves_from_a_pool(session_cache: Path, tiny_checkpoint: Path) -> None:
+async def test_a_daemon_serves_from_a_pool(session_cache: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
+    events = tmp_path / "daemon.jsonl"
     daemon = DaemonProcess.start("--model", str(tiny_checkpoint), "--max-len", "512", "--max-batch", "8",
-                                 "--threads", "1", "--replicas", "2",
+                                 "--threads", "1", "--replicas", "2", "--events", str(events),
                                  env={**os.environ, "SPECACTOR_CACHE": str(session_cache)})
     params = SamplingParams(temperature=1.0, max_tokens=24, seed=9, n=2)
     prompts, ids = [[1, 2, 3 + i] for i in range(4)], [f"d{i}" for i in range(4)]
@@ -58,9 +60,17 @@ async def test_a_daemon_serves_from_a_pool(session_cache: Path, tiny_checkpoint:
         assert "2 replicas" in "".join(daemon.log)
         async with RolloutClient(daemon.endpoint, timeout_s=120) as client:
             got = await client.generate(prompts, params, request_ids=ids)
+            # verl's shape: a group as concurrent single requests, kept together by their group id
+            group = await asyncio.gather(*(client.generate([1, 2, 9], SamplingParams(max_tokens=8),
+                                                           request_id=f"p9-s{s}", group_ids=["p9"])
+                                           for s in range(4)))
             health = await client.health()
     finally:
         assert daemon.stop() == 0
+    finished = {e["request_id"]: e.get("replica") for e in map(json.loads, events.read_text().splitlines())
+                if e["event"] == "request.finished"}
+    assert len({finished[r.request_id] for r in group}) == 1
+    assert {finished[r.request_id] for r in got} == {0, 1}
     (want,) = await engine_results(pool_config(tiny_checkpoint, progress_every_s=1.0), [(prompts, params, ids)])
     assert [r.token_ids for r in got] == [r.token_ids for r in want]
     assert [r["state"] for r in health["replicas"]] == ["up", "up"] and health["ok"]
