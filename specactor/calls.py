@@ -15,9 +15,10 @@ call with a ValueError that names it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any, Collection, Sequence as Seq
+from typing import Any, AsyncIterator, Collection, Sequence as Seq
 
 from specactor import protocol as p
 from specactor.seeds import sample_request_id, sample_seed
@@ -94,6 +95,13 @@ class Job:
     sample: int
     prompt_ids: list[int]
     params: p.SamplingParams  # n == 1, seed set
+
+
+async def as_finished(submitted: list[tuple[str, "asyncio.Future[p.RequestResult]"]],
+                      ) -> AsyncIterator[p.RequestResult]:
+    """The results of submitted samples, each as soon as it finishes (``stream``'s order)."""
+    for done in asyncio.as_completed([future for _, future in submitted]):
+        yield await done
 
 
 def new_request_id() -> str:

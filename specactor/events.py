@@ -168,6 +168,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
                      ("replicas", "resources", "strategy", "nodes", "seconds")),
     "pool.dispatched": ("The pool sent samples to a replica (groups whole; resumed ones continue from their "
                         "committed tokens).", ("replica", "requests", "groups", "resumed", "resumed_tokens")),
+    "pool.rebalanced": ("A replica had nothing to do: half of the busiest one's samples continue there from "
+                        "their committed tokens (same tokens).", ("source", "target", "requests", "left")),
     "pool.replica_failed": ("A replica died, hung or refused an update the others took: Ray restarts it and "
                             "its samples move to a live replica.", ("replica", "error", "restarts", "in_flight")),
     "pool.rerouted": ("A dead replica's unfinished samples were sent to live ones.",

@@ -34,7 +34,7 @@ from specactor.speculation import LEARNING_METHODS, MODEL_METHODS
 from specactor.events import configure_events, events_path
 from specactor.memory import release_freed_memory
 from specactor.engine.model_registry import DEFAULT_MODEL
-from specactor.calls import Job, Params, check_group_ids, expand, normalise
+from specactor.calls import Job, Params, as_finished, check_group_ids, expand, normalise
 from specactor.coordinator import Coordinator
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
@@ -204,15 +204,14 @@ class RolloutEngine:
         """Like generate (either form), but yields each sample's result as soon as it finishes."""
         submitted = await self.submit(prompt_ids, sampling_params, request_ids, request_id=request_id,
                                       group_ids=group_ids)
-        for done in asyncio.as_completed([future for _, future in submitted]):
-            yield await done
+        async for result in as_finished(submitted):
+            yield result
 
     async def stream_jobs(self, jobs: list[Job]) -> AsyncIterator[p.RequestResult]:
         """Like stream, for samples already expanded (:func:`specactor.calls.expand`): some
         samples of a prompt, as ``specactor rollout --resume`` runs the ones still missing."""
-        submitted = await self._submit(jobs)
-        for done in asyncio.as_completed([future for _, future in submitted]):
-            yield await done
+        async for result in as_finished(await self._submit(jobs)):
+            yield result
 
     async def abort(self, request_id: str) -> None:
         if self.coordinator.abort_waiting(request_id, "aborted while the verifier restarted"):

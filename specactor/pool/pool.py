@@ -34,7 +34,7 @@ from typing import Any, AsyncIterator, Sequence as Seq
 
 from specactor import protocol as p
 from specactor.backends import check_backend
-from specactor.calls import Job, Params, check_group_ids, expand, normalise
+from specactor.calls import Job, Params, as_finished, check_group_ids, expand, normalise
 from specactor.config import EngineConfig
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.events import configure_events, events_path, get_logger
@@ -59,6 +59,7 @@ class _Sample:
     future: asyncio.Future
     replica: int = -1
     committed: Committed | None = None  # its output so far, as its replica last reported it
+    moving_to: int | None = None  # aborted on its replica, to continue on this one (the tail rebalanced)
 
 
 @dataclass
@@ -78,9 +79,12 @@ class RolloutPool:
 
     def __init__(self, config: EngineConfig | None = None, *, replicas: int = 2, ray_address: str | None = None,
                  max_restarts: int = 3, hang_timeout_s: float = 60.0, check_every_s: float = 2.0,
-                 revive_timeout_s: float = 300.0, strategy: str = "PACK", **overrides: Any) -> None:
+                 revive_timeout_s: float = 300.0, strategy: str = "PACK", rebalance_every_s: float | None = 0.5,
+                 **overrides: Any) -> None:
         """``ray_address``: a cluster to join (``auto``: this machine's), else a local Ray starts;
-        ``strategy``: Ray's placement strategy for the replicas' bundles (PACK, SPREAD, ...)."""
+        ``strategy``: Ray's placement strategy for the replicas' bundles (PACK, SPREAD, ...);
+        ``rebalance_every_s``: how often an idle replica may take half of the busiest one's
+        samples (None: never; see :meth:`_rebalance`)."""
         if replicas < 1:
             raise ValueError(f"a pool needs at least one replica, got {replicas}")
         if max_restarts < 0 or hang_timeout_s <= 0 or check_every_s <= 0:
@@ -90,6 +94,7 @@ class RolloutPool:
         self.replicas, self.ray_address, self.strategy = replicas, ray_address, strategy
         self.max_restarts, self.hang_timeout_s, self.check_every_s = max_restarts, hang_timeout_s, check_every_s
         self.revive_timeout_s = revive_timeout_s
+        self.rebalance_every_s = rebalance_every_s
         self.model_name = self.config.model or DEFAULT_MODEL
         self.version = 0
         self.vocab_size: int | None = None
@@ -147,6 +152,8 @@ class RolloutPool:
             slot.state, slot.pid, slot.node = "up", info["pid"], info["node"]
         self.vocab_size = infos[0]["vocab_size"]
         self._monitor = asyncio.create_task(self._watch())
+        if self.rebalance_every_s:
+            self._spawn(self._balance())
         self.log.info("pool.started", replicas=self.replicas, resources=resources, strategy=self.strategy,
                       nodes=len({slot.node for slot in self._slots}), seconds=round(time.perf_counter() - began, 3))
 
@@ -198,14 +205,13 @@ class RolloutPool:
         """Like generate, but yields each sample's result as soon as it finishes."""
         submitted = await self.submit(prompt_ids, sampling_params, request_ids, request_id=request_id,
                                       group_ids=group_ids)
-        for done in asyncio.as_completed([future for _, future in submitted]):
-            yield await done
+        async for result in as_finished(submitted):
+            yield result
 
     async def stream_jobs(self, jobs: list[Job]) -> AsyncIterator[p.RequestResult]:
         """Like stream, for samples already expanded (``specactor rollout``)."""
-        submitted = await self.submit_jobs(jobs)
-        for done in asyncio.as_completed([future for _, future in submitted]):
-            yield await done
+        async for result in as_finished(await self.submit_jobs(jobs)):
+            yield result
 
     async def submit(self, prompt_ids: Any, sampling_params: Params | None = None,
                      request_ids: Seq[str] | None = None, *, request_id: str | None = None,
@@ -266,7 +272,7 @@ class RolloutPool:
         slot = self._slots[replica]
         resume = {}
         for sample in samples:
-            sample.replica = replica
+            sample.replica, sample.moving_to = replica, None
             self.routes.setdefault(sample.job.request_id, []).append(replica)
             self.routes.move_to_end(sample.job.request_id)
             if sample.committed is not None:
@@ -305,13 +311,63 @@ class RolloutPool:
             await self._dispatch(left)
 
     def _resolve(self, result: p.RequestResult) -> None:
-        sample = self._samples.pop(result.request_id, None)
+        sample = self._samples.get(result.request_id)
         if sample is None:
             return
+        if sample.moving_to is not None and result.finish_reason == p.FinishReason.ABORT:
+            self._move(sample, result)  # (had it finished first, its result would simply be delivered)
+            return
+        del self._samples[result.request_id]
         if sample.replica >= 0:
             self.router.finished(sample.replica, sample.tokens)
         if not sample.future.done():
             sample.future.set_result(result)
+
+    def _move(self, sample: _Sample, aborted: p.RequestResult) -> None:
+        """A sample the rebalancing aborted: continue it on its new replica from the tokens it
+        committed (the abort's result carries them), or wherever the router says if that one is gone."""
+        target, sample.moving_to = sample.moving_to, None
+        self.router.finished(sample.replica, sample.tokens)
+        sample.committed = (aborted.policy_version, list(aborted.token_ids), list(aborted.logprobs))
+        if target is not None and self._slots[target].state == "up":
+            self.router.outstanding[target] += sample.tokens
+            self._launch(target, [sample])
+        else:
+            self._spawn(self._dispatch([sample]))
+
+    async def _balance(self) -> None:
+        while True:
+            await asyncio.sleep(self.rebalance_every_s or 1.0)
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        """The long tail, spread: when a replica has nothing to do and another runs several
+        samples, half of those (the least advanced) continue on the idle one from their committed
+        tokens, the same tokens as where they were. Not while a weight update commits."""
+        live = self._live()
+        if len(live) < 2 or not self._open.is_set():
+            return
+        running: dict[int, list[_Sample]] = {i: [] for i in live}
+        for sample in self._samples.values():
+            if sample.replica in running:
+                running[sample.replica].append(sample)
+        if any(s.moving_to is not None for group in running.values() for s in group):
+            return  # one move at a time
+        idle = [i for i in live if not running[i]]
+        source = max(live, key=lambda i: len(running[i]))
+        if not idle or len(running[source]) < 2:
+            return
+        ready = [s for s in running[source] if s.committed is not None and s.committed[0] == self.version]
+        ready.sort(key=lambda s: len(s.committed[1]) if s.committed else 0)
+        half = len(running[source]) // 2
+        if len(ready) < half:  # some have not reported progress yet: next time
+            return
+        moving = ready[:half]
+        for sample in moving:
+            sample.moving_to = idle[0]
+            self._spawn(_ref(self._slots[source].handle.abort.remote(sample.job.request_id)))
+        self.log.info("pool.rebalanced", source=source, target=idle[0], requests=len(moving),
+                      left=len(running[source]) - len(moving))
 
     def _progress(self, news: dict[str, tuple[int, int, list[int], list[float]]]) -> None:
         """Keep each sample's committed output (contiguous pieces of one weights version only)."""
@@ -331,6 +387,7 @@ class RolloutPool:
         sample = self._samples.get(request_id)
         if sample is None:
             return
+        sample.moving_to = None  # the caller's abort wins over a move under way
         slot = self._slots[sample.replica]
         if slot.state == "up":
             await _ref(slot.handle.abort.remote(request_id))
@@ -479,6 +536,8 @@ class RolloutPool:
         await self._chunks_delivered()
         async with self._weights_lock:
             self._open.clear()
+            while any(s.moving_to is not None for s in self._samples.values()):  # moves finish on these weights
+                await asyncio.sleep(0.01)
             try:
                 live = self._live()
                 if not live:

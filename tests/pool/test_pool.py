@@ -117,6 +117,24 @@ async def test_a_killed_replica_costs_no_sample_and_no_token(tiny_checkpoint: Pa
     assert restored and restored[0]["version"] == 1
 
 
+async def test_an_idle_replica_takes_half_of_a_busy_ones_tail(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    events = tmp_path / "pool.jsonl"
+    config = pool_config(tiny_checkpoint, events_path=str(events))
+    params = SamplingParams(temperature=1.0, max_tokens=480, seed=4, n=6)
+    async with RolloutPool(config, replicas=2, rebalance_every_s=0.2) as pool:
+        got = await pool.generate([PROMPTS[0]], params, request_ids=["tail"])  # one group: one replica
+        routes = {r.request_id: pool.routes[r.request_id] for r in got}
+    first = routes["tail#0"][0]
+    moved = [rid for rid, path in routes.items() if path == [first, 1 - first]]
+    assert 1 <= len(moved) <= 3 and all(path[0] == first for path in routes.values())
+    (want,) = await engine_results(config, [([PROMPTS[0]], params, ["tail"])])
+    assert_same_samples(got, want)  # moved samples continued from their committed tokens: same tokens
+    log = events_of(events)
+    assert sum(e["requests"] for e in log if e["event"] == "pool.rebalanced") == len(moved)
+    finished = {e["request_id"]: e["replica"] for e in log if e["event"] == "request.finished" and "replica" in e}
+    assert all(finished[rid] == 1 - first for rid in moved)  # (the reference engine's events carry no replica)
+
+
 async def test_a_hung_replica_is_killed_and_its_samples_finish_elsewhere(tiny_checkpoint: Path) -> None:
     config = pool_config(tiny_checkpoint)
     params = SamplingParams(temperature=1.0, max_tokens=500, seed=5)
