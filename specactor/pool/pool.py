@@ -39,14 +39,13 @@ from specactor.config import EngineConfig
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.events import configure_events, events_path, get_logger
 from specactor.pool.placement import actor_options, bundle, import_ray, join_ray, place, replica_config
-from specactor.pool.replica import Committed, Replica, to_store
+from specactor.pool.broadcast import WeightBroadcast
+from specactor.pool.replica import Committed, Replica
 from specactor.pool.router import Router
 from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
 
 #: sample ids whose route the pool remembers (:attr:`RolloutPool.routes`)
 ROUTES_KEPT = 100_000
-#: weight chunks on their way to each replica at once (each ~DEFAULT_CHUNK_BYTES)
-CHUNKS_IN_FLIGHT = 8
 
 
 @dataclass
@@ -106,9 +105,7 @@ class RolloutPool:
         self._samples: dict[str, _Sample] = {}
         self._open = asyncio.Event()  # cleared while a weight update commits: new calls wait
         self._weights_lock = asyncio.Lock()
-        self._running: tuple[str, list[Any]] = ("", [])  # the running update: (path, chunk refs)
-        self._staging: dict[str, list[Any]] = {}
-        self._sending: list[asyncio.Future[Any]] = []  # chunk deliveries not yet confirmed
+        self._weights = WeightBroadcast()
         self._paused = False
         self._owns_ray = False
         self._group: Any = None
@@ -440,7 +437,7 @@ class RolloutPool:
         while time.monotonic() < deadline:
             try:
                 async with self._weights_lock:
-                    path, chunks = self._running
+                    path, chunks = self._weights.running
                     info = await slot.handle.start.remote(self.version, path, chunks)
                 if self._paused:
                     await slot.handle.pause.remote()
@@ -506,24 +503,7 @@ class RolloutPool:
 
     async def send_weights_chunk(self, chunk: p.WeightsChunk) -> None:
         """Streaming form of update_weights: one chunk into the object store, to every live replica."""
-        ray = import_ray()
-        if chunk.update_id not in self._staging:
-            self._staging = {chunk.update_id: []}  # one update is sent at a time: an earlier one was abandoned
-        ref = ray.put(to_store(chunk))
-        self._staging[chunk.update_id].append(ref)
-        # pipelined: up to CHUNKS_IN_FLIGHT chunks travel at once (the replicas stage them by offset,
-        # in any order); the commit waits for all. A replica that died here is restored with the running ones.
-        self._sending.extend(asyncio.ensure_future(_ref(self._slots[i].handle.weights_chunk.remote(ref)))
-                             for i in self._live())
-        while len(self._sending) > CHUNKS_IN_FLIGHT * max(1, len(self._live())):
-            await asyncio.wait([self._sending.pop(0)])
-
-    async def _chunks_delivered(self) -> None:
-        sending, self._sending = self._sending, []
-        if sending:
-            await asyncio.wait(sending)
-            for task in sending:
-                task.exception()  # retrieved: a dead replica's is dealt with when it is restored
+        await self._weights.send(chunk, [self._slots[i].handle for i in self._live()])
 
     async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
                              path: str | None = None) -> int:
@@ -533,7 +513,7 @@ class RolloutPool:
         if version <= self.version:
             raise ValueError(f"version {version} is not newer than the running version {self.version}")
         began = time.perf_counter()
-        await self._chunks_delivered()
+        await self._weights.delivered()
         async with self._weights_lock:
             self._open.clear()
             while any(s.moving_to is not None for s in self._samples.values()):  # moves finish on these weights
@@ -546,13 +526,12 @@ class RolloutPool:
                     update_id, version, in_flight, path)) for i in live), return_exceptions=True)
                 took = [i for i, answer in zip(live, answers) if isinstance(answer, tuple) and answer[0]]
                 if not took:
-                    self._staging.pop(update_id, None)
+                    self._weights.refused(update_id)
                     refusal = next((a[1] for a in answers if isinstance(a, tuple)), None)
                     raise ValueError(str(refusal) if refusal
                                      else f"weight update failed on every replica: {answers[0]}")
                 self.version = version
-                self._running = (path or "", self._staging.pop(update_id, []))
-                self._staging.clear()
+                self._weights.committed(update_id, path)
                 for i, answer in zip(live, answers):
                     if i not in took:  # it keeps old weights: restarted, it loads the running ones
                         self.log.warning("pool.replica_failed", replica=i, error=f"refused an update the others took: "
@@ -562,7 +541,7 @@ class RolloutPool:
             finally:
                 self._open.set()
         self.log.info("pool.weights_updated", version=version, replicas=len(took), path=path or "",
-                      chunks=len(self._running[1]), seconds=round(time.perf_counter() - began, 3))
+                      chunks=len(self._weights.running[1]), seconds=round(time.perf_counter() - began, 3))
         return version
 
     async def pause(self) -> None:

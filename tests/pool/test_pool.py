@@ -83,7 +83,7 @@ async def test_a_group_runs_on_one_replica_and_events_name_it(tiny_checkpoint: P
         routes = dict(pool.routes)
     assert len({routes[r.request_id][0] for r in grpo}) == 1
     assert len({routes[rid][0] for rid in ("s0", "s1", "s2")}) == 1
-    assert routes["grpo"] == routes["grpo#0"]  # a request id seen before goes back to its replica
+    assert routes["grpo"][0] == routes["grpo#0"][0]  # a request id seen before goes back to its replica
     finished = {e["request_id"]: e["replica"] for e in events_of(events) if e["event"] == "request.finished"}
     for result in [*grpo, *separate, *again[:1]]:
         assert finished[result.request_id] == routes[result.request_id][-1]
@@ -125,14 +125,18 @@ async def test_an_idle_replica_takes_half_of_a_busy_ones_tail(tiny_checkpoint: P
         got = await pool.generate([PROMPTS[0]], params, request_ids=["tail"])  # one group: one replica
         routes = {r.request_id: pool.routes[r.request_id] for r in got}
     first = routes["tail#0"][0]
-    moved = [rid for rid, path in routes.items() if path == [first, 1 - first]]
-    assert 1 <= len(moved) <= 3 and all(path[0] == first for path in routes.values())
+    assert all(path[0] == first for path in routes.values())  # one group: one replica first
+    moves = sum(len(path) - 1 for path in routes.values())  # (a tail may be rebalanced again, either way)
+    assert all(a != b for path in routes.values() for a, b in zip(path, path[1:]))
     (want,) = await engine_results(config, [([PROMPTS[0]], params, ["tail"])])
     assert_same_samples(got, want)  # moved samples continued from their committed tokens: same tokens
     log = events_of(events)
-    assert sum(e["requests"] for e in log if e["event"] == "pool.rebalanced") == len(moved)
+    # (one that finished before its abort arrived is delivered where it ran: asked to move, not moved)
+    rebalanced = [e for e in log if e["event"] == "pool.rebalanced"]
+    assert (rebalanced[0]["source"], rebalanced[0]["requests"], rebalanced[0]["left"]) == (first, 3, 3)  # half
+    assert 1 <= moves <= sum(e["requests"] for e in rebalanced)
     finished = {e["request_id"]: e["replica"] for e in log if e["event"] == "request.finished" and "replica" in e}
-    assert all(finished[rid] == 1 - first for rid in moved)  # (the reference engine's events carry no replica)
+    assert all(finished[rid] == path[-1] for rid, path in routes.items())  # (the reference's carry no replica)
 
 
 async def test_a_hung_replica_is_killed_and_its_samples_finish_elsewhere(tiny_checkpoint: Path) -> None:
