@@ -189,7 +189,9 @@ async def main() -> None:
         return
     import ray
 
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)  # once, for every pool
+    from specactor.pool.placement import join_ray
+
+    join_ray(None)  # once, for every pool: as a pool starts it (workers at normal priority)
     work = build_workload(BenchOptions(prompts=args.prompts, n=args.n, max_tokens=args.max_tokens, epochs=1))
     base = EngineConfig(max_batch=len(work.prompt_ids) * work.n,
                         max_len=max(map(len, work.prompt_ids)) + work.max_tokens)

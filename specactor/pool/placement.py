@@ -28,6 +28,13 @@ def import_ray() -> Any:
     return ray
 
 
+#: Ray starts its workers at this niceness unless told otherwise (its default is 15: behind every
+#: other process on the node). A pool's workers are its engines, and a verifier step is what the
+#: rollout waits on; a Ray the pool starts runs them at normal priority (the environment may say
+#: otherwise; a cluster it joins keeps its own setting).
+WORKER_NICENESS = "0"
+
+
 def join_ray(address: str | None) -> bool:
     """Join the cluster at ``address`` (``auto``: the one this machine belongs to), or start a local
     one; True if this call started Ray (the pool then shuts it down when it closes)."""
@@ -36,6 +43,8 @@ def join_ray(address: str | None) -> bool:
         return False
     import logging
 
+    if address is None:
+        os.environ.setdefault("RAY_worker_niceness", WORKER_NICENESS)  # read by the raylet it starts
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
              configure_logging=False)
     return True
