@@ -63,6 +63,15 @@ def normalise(prompt_ids: Any, sampling_params: Params | None, request_ids: Seq[
     return Call([_as_list(prompt_ids)], params, None if request_id is None else [request_id], True)
 
 
+def check_not_in_flight(request_ids: Seq[str], in_flight: Collection[str]) -> None:
+    """Every id is new: neither in flight nor given twice (ValueError naming the first that is not)."""
+    seen: set[str] = set()
+    for request_id in request_ids:
+        if request_id in in_flight or request_id in seen:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        seen.add(request_id)
+
+
 def check_group_ids(call: Call, group_ids: Seq[str] | None) -> list[str] | None:
     """A call's group ids (one per prompt: prompts sharing one run together on a pool's replica),
     checked; ValueError naming what is wrong."""

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 
 from specactor import protocol as p
 from specactor.actor import Actor
+from specactor.calls import check_not_in_flight
 from specactor.config import EngineConfig
 
 #: tokens (prompts and resumed outputs) in one GenerateBatch at most: a few MB, well inside a message's limit
@@ -108,18 +109,15 @@ class Coordinator(Actor):
         ``resume``: output some of them already committed elsewhere (weights version, tokens,
         log-probs), continued from there when made under the weights this engine serves."""
         ids = [request_id for request_id, _, _ in jobs]
-        seen: set[str] = set()
-        for request_id in ids:  # all or nothing: checked before any is sent
-            if request_id in self.pending or request_id in seen:
-                raise ValueError(f"request id {request_id!r} is already in flight")
-            seen.add(request_id)
+        check_not_in_flight(ids, self.pending)  # all or nothing: checked before any is sent
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[p.RequestResult]] = []
         for request_id, prompt_ids, params in jobs:
             future: asyncio.Future[p.RequestResult] = loop.create_future()
             futures.append(future)
             if self.verifier_state.startswith("down"):
-                future.set_result(_failed(request_id, prompt_ids, f"the verifier is not running ({self.verifier_state})"))
+                future.set_result(failed_result(request_id, prompt_ids,
+                                                f"the verifier is not running ({self.verifier_state})"))
                 continue
             self.pending[request_id] = future
             self.jobs[request_id] = (list(prompt_ids), params)
@@ -162,7 +160,7 @@ class Coordinator(Actor):
             message = batch[0] if len(batch) == 1 else p.GenerateBatch(requests=batch)
             if not await self.send("verifier", message) and self.verifier_state == "up":
                 for request in batch:  # nothing will ever answer them: answer them now
-                    self._resolve(_failed(request.request_id, request.prompt_ids, "the verifier is not running"))
+                    self._resolve(failed_result(request.request_id, request.prompt_ids, "the verifier is not running"))
         return resumed
 
     def _progress(self, msg: p.Progress) -> None:
@@ -187,9 +185,7 @@ class Coordinator(Actor):
         """Abort a request the verifier does not hold (it is being restarted); False if it may."""
         if self.verifier_state == "up" or request_id not in self.pending:
             return False
-        prompt_ids, _ = self.jobs[request_id]
-        self._resolve(p.RequestResult(request_id=request_id, prompt_ids=prompt_ids, token_ids=[], logprobs=[],
-                                      finish_reason=p.FinishReason.ABORT, error=reason))
+        self._resolve(failed_result(request_id, self.jobs[request_id][0], reason, p.FinishReason.ABORT))
         return True
 
     async def handle(self, sender: str, msg: p.Message) -> None:
@@ -265,9 +261,11 @@ class Coordinator(Actor):
     def _fail_all(self, error: str) -> None:
         for request_id in list(self.pending):
             prompt_ids = self.jobs.get(request_id, ([], None))[0]
-            self._resolve(_failed(request_id, prompt_ids, error))
+            self._resolve(failed_result(request_id, prompt_ids, error))
 
 
-def _failed(request_id: str, prompt_ids: list[int], error: str) -> p.RequestResult:
+def failed_result(request_id: str, prompt_ids: list[int], error: str,
+                  finish_reason: p.FinishReason = p.FinishReason.ERROR) -> p.RequestResult:
+    """The result of a request no verifier will answer: no tokens, and why."""
     return p.RequestResult(request_id=request_id, prompt_ids=list(prompt_ids), token_ids=[], logprobs=[],
-                           finish_reason=p.FinishReason.ERROR, error=error)
+                           finish_reason=finish_reason, error=error)

@@ -36,7 +36,7 @@ from specactor.memory import release_freed_memory
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.calls import Job, Params, as_finished, check_group_ids, expand, normalise
 from specactor.coordinator import Coordinator
-from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
+from specactor.weight_update import DEFAULT_CHUNK_BYTES, check_source, chunk_state_dict, next_version
 
 
 #: weight-update bytes in flight to a holder, at most (about; see RolloutEngine.send_weights_chunk)
@@ -236,8 +236,7 @@ class RolloutEngine:
         ``"abort"``: running requests are aborted. Raises ValueError if the update is
         rejected (the weights then stay as they were).
         """
-        if (state_dict is None) == (path is None):
-            raise ValueError("update_weights needs exactly one of state_dict and path")
+        check_source(state_dict, path)
         update_id = uuid.uuid4().hex
         if state_dict is not None:
             for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
@@ -266,11 +265,7 @@ class RolloutEngine:
 
     async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
                              path: str | None = None) -> int:
-        if in_flight not in IN_FLIGHT:
-            raise ValueError(f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {in_flight!r}")
-        version = self.version + 1 if version is None else version
-        if version <= self.version:
-            raise ValueError(f"version {version} is not newer than the running version {self.version}")
+        version = next_version(in_flight, version, self.version)
         commit = p.WeightsCommit(update_id=update_id, version=version, in_flight=in_flight, path=path or "")
         acks = await self.coordinator.control(self._weight_holders, lambda _: commit, update_id)
         verifier_ack = acks[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -27,6 +27,30 @@ IN_FLIGHT = ("finish", "abort")
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
 }
+
+
+def check_source(state_dict: Any, path: str | None) -> None:
+    """An update names exactly one source: a state dict or a checkpoint path."""
+    if (state_dict is None) == (path is None):
+        raise ValueError("update_weights needs exactly one of state_dict and path")
+
+
+def commit_problem(in_flight: str, version: int, running: int) -> str:
+    """What makes committing ``version`` over the ``running`` one impossible ('' if nothing)."""
+    if in_flight not in IN_FLIGHT:
+        return f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {in_flight!r}"
+    if version <= running:
+        return f"version {version} is not newer than the running version {running}"
+    return ""
+
+
+def next_version(in_flight: str, version: int | None, running: int) -> int:
+    """The version a commit installs (``running + 1`` unless given); ValueError naming what is wrong."""
+    version = running + 1 if version is None else version
+    problem = commit_problem(in_flight, version, running)
+    if problem:
+        raise ValueError(problem)
+    return version
 
 
 def dtype_name(dtype: torch.dtype) -> str:

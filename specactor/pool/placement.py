@@ -56,16 +56,18 @@ def replica_config(config: EngineConfig, replicas: int) -> EngineConfig:
     if config.device != "cpu" or config.verifier_threads is not None:
         return config
     cores = max(1, (os.cpu_count() or 1) // replicas)
-    own = config.drafter_threads if config.processes and any(m in MODEL_METHODS for m in config.active_drafters) \
-        else 0
-    return replace(config, verifier_threads=max(1, cores - own))
+    return replace(config, verifier_threads=max(1, cores - _drafter_cores(config)))
+
+
+def _drafter_cores(config: EngineConfig) -> int:
+    """The cores of a model drafter's own process (0 where there is none)."""
+    own = config.processes and any(m in MODEL_METHODS for m in config.active_drafters)
+    return config.drafter_threads if own else 0
 
 
 def bundle(config: EngineConfig) -> dict[str, float]:
     """The resources one replica holds."""
-    cores = config.verifier_threads or 1
-    if config.processes and any(m in MODEL_METHODS for m in config.active_drafters):
-        cores += config.drafter_threads
+    cores = (config.verifier_threads or 1) + _drafter_cores(config)
     return {"CPU": float(cores), **({"GPU": 1.0} if config.device.startswith("cuda") else {})}
 
 

@@ -29,20 +29,21 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Sequence as Seq
 
 from specactor import protocol as p
 from specactor.backends import check_backend
-from specactor.calls import Job, Params, as_finished, check_group_ids, expand, normalise
+from specactor.calls import Job, Params, as_finished, check_group_ids, check_not_in_flight, expand, normalise
 from specactor.config import EngineConfig
+from specactor.coordinator import failed_result
 from specactor.engine.model_registry import DEFAULT_MODEL
 from specactor.events import configure_events, events_path, get_logger
 from specactor.pool.placement import actor_options, bundle, import_ray, join_ray, place, replica_config
 from specactor.pool.broadcast import WeightBroadcast
 from specactor.pool.replica import Committed, Replica
 from specactor.pool.router import Router
-from specactor.weight_update import DEFAULT_CHUNK_BYTES, IN_FLIGHT, chunk_state_dict
+from specactor.weight_update import DEFAULT_CHUNK_BYTES, check_source, chunk_state_dict, next_version
 
 #: sample ids whose route the pool remembers (:attr:`RolloutPool.routes`)
 ROUTES_KEPT = 100_000
@@ -70,7 +71,6 @@ class _ReplicaSlot:
     pid: int = 0
     node: str = ""
     checking: bool = False
-    tasks: set = field(default_factory=set)
 
 
 class RolloutPool:
@@ -172,7 +172,7 @@ class RolloutPool:
         for slot in self._slots:
             ray.kill(slot.handle, no_restart=True)
         for rid in list(self._samples):
-            self._resolve(_failed(self._samples[rid].job, "the pool was closed"))
+            self._resolve(failed_result(rid, self._samples[rid].job.prompt_ids, "the pool was closed"))
         if self._group is not None:
             from ray.util.placement_group import remove_placement_group
 
@@ -233,11 +233,7 @@ class RolloutPool:
         replica. Waits while a weight update commits, so every later result has the new weights."""
         if not self._slots:
             raise RuntimeError("the pool is not started")
-        seen: set[str] = set()
-        for job in jobs:
-            if job.request_id in self._samples or job.request_id in seen:
-                raise ValueError(f"request id {job.request_id!r} is already in flight")
-            seen.add(job.request_id)
+        check_not_in_flight([job.request_id for job in jobs], self._samples)
         await self._open.wait()
         loop = asyncio.get_running_loop()
         samples = []
@@ -253,7 +249,8 @@ class RolloutPool:
         """Route each group of ``samples`` and start it on its replica (waiting for one to be up)."""
         if not self._live() and not await self._wait_live():
             for sample in samples:
-                self._resolve(_failed(sample.job, "no replica of the pool is up: " + self._states()))
+                self._resolve(failed_result(sample.job.request_id, sample.job.prompt_ids,
+                                            "no replica of the pool is up: " + self._states()))
             return
         groups: dict[str, list[_Sample]] = {}
         for sample in samples:
@@ -296,7 +293,7 @@ class RolloutPool:
         except ray.exceptions.RayTaskError as exc:  # the replica lives; the call raised
             for rid in request_ids:
                 if rid in self._samples and self._samples[rid].replica == replica:
-                    self._resolve(_failed(self._samples[rid].job, f"replica {replica}: {exc}"))
+                    self._resolve(failed_result(rid, self._samples[rid].job.prompt_ids, f"replica {replica}: {exc}"))
             return
         except ray.exceptions.RayError as exc:
             self._failed(replica, generation, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -389,9 +386,8 @@ class RolloutPool:
         if slot.state == "up":
             await _ref(slot.handle.abort.remote(request_id))
         else:  # no replica holds it now (it is being moved off a dead one)
-            self._resolve(p.RequestResult(request_id=request_id, prompt_ids=list(sample.job.prompt_ids),
-                                          token_ids=[], logprobs=[], finish_reason=p.FinishReason.ABORT,
-                                          error="aborted while its replica restarted"))
+            self._resolve(failed_result(request_id, sample.job.prompt_ids, "aborted while its replica restarted",
+                                        p.FinishReason.ABORT))
 
     # ------------------------------------------------------------------ replicas
 
@@ -491,10 +487,8 @@ class RolloutPool:
         """As :meth:`RolloutEngine.update_weights`, for every replica: the chunks go into Ray's object
         store once and each replica reads them there. ValueError if the replicas refuse it (then
         nothing changed)."""
-        if (state_dict is None) == (path is None):
-            raise ValueError("update_weights needs exactly one of state_dict and path")
-        if in_flight not in IN_FLIGHT:
-            raise ValueError(f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {in_flight!r}")
+        check_source(state_dict, path)
+        next_version(in_flight, version, self.version)  # checked before any chunk is sent
         update_id = uuid.uuid4().hex
         if state_dict is not None:
             for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):
@@ -507,11 +501,7 @@ class RolloutPool:
 
     async def commit_weights(self, update_id: str, *, version: int | None = None, in_flight: str = "finish",
                              path: str | None = None) -> int:
-        if in_flight not in IN_FLIGHT:
-            raise ValueError(f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {in_flight!r}")
-        version = self.version + 1 if version is None else version
-        if version <= self.version:
-            raise ValueError(f"version {version} is not newer than the running version {self.version}")
+        version = next_version(in_flight, version, self.version)
         began = time.perf_counter()
         await self._weights.delivered()
         async with self._weights_lock:
@@ -587,8 +577,3 @@ class RolloutPool:
 async def _ref(ref: Any) -> Any:
     """Await a Ray object ref (a coroutine, for asyncio.wait_for and gather)."""
     return await ref
-
-
-def _failed(job: Job, error: str) -> p.RequestResult:
-    return p.RequestResult(request_id=job.request_id, prompt_ids=list(job.prompt_ids), token_ids=[], logprobs=[],
-                           finish_reason=p.FinishReason.ERROR, error=error)

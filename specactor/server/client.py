@@ -25,7 +25,7 @@ from specactor.calls import Call, Params, check_group_ids, normalise
 from specactor.server import api
 from specactor.server.daemon import DEFAULT_ENDPOINT, MAX_CALL_BYTES
 from specactor.server.security import ClientKeys
-from specactor.weight_update import DEFAULT_CHUNK_BYTES, chunk_state_dict
+from specactor.weight_update import DEFAULT_CHUNK_BYTES, check_source, chunk_state_dict
 
 
 class RemoteError(ValueError):
@@ -187,8 +187,7 @@ class RolloutClient:
     async def update_weights(self, state_dict: Any = None, *, path: str | None = None, version: int | None = None,
                              in_flight: str = "finish", chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
         """As :meth:`RolloutEngine.update_weights`; a ``path`` must be readable by the daemon."""
-        if (state_dict is None) == (path is None):
-            raise ValueError("update_weights needs exactly one of state_dict and path")
+        check_source(state_dict, path)
         update_id = uuid.uuid4().hex
         if state_dict is not None:
             for chunk in chunk_state_dict(update_id, state_dict, chunk_bytes):

@@ -40,7 +40,7 @@ from specactor.seeds import sample_seed
 from specactor.engine.sequence import Sequence
 from specactor.verifier.verdict_fanout import VerdictFanout
 from specactor.verifier.verify_loop import Verifier
-from specactor.weight_update import IN_FLIGHT, PendingUpdates, checked_update
+from specactor.weight_update import PendingUpdates, checked_update, commit_problem
 
 
 class VerifyActor(VerdictFanout, Actor):
@@ -227,10 +227,8 @@ class VerifyActor(VerdictFanout, Actor):
         problem = ""
         if self._update is not None:
             problem = f"update {self._update[1].update_id!r} is still being applied"
-        elif msg.in_flight not in IN_FLIGHT:
-            problem = f"in_flight must be one of {', '.join(IN_FLIGHT)}, got {msg.in_flight!r}"
-        elif msg.version <= self.version:
-            problem = f"version {msg.version} is not newer than the running version {self.version}"
+        else:
+            problem = commit_problem(msg.in_flight, msg.version, self.version)
         if problem:
             self._updates.take(msg)  # forget its chunks
             await self.send(sender, p.ControlAck(ref=msg.update_id, ok=False, detail=problem, version=self.version))
